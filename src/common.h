@@ -1,0 +1,176 @@
+/*
+ * Declarations shared by cupool's source files: the real driver pointers
+ * generated from symbols.h, the call bracket every shim uses, options,
+ * messages, statistics and the log.  Nothing here is exported from the
+ * library; include/cupool.h is the public face.
+ */
+#ifndef CUPOOL_COMMON_H
+#define CUPOOL_COMMON_H
+
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* _GNU_SOURCE for dladdr, dlvsym */
+#endif
+
+#include "cuda_api.h"
+#include "symbols.h"
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUPOOL_EXPORT __attribute__((visibility("default")))
+#define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define CUPOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- driver.c: the real driver ------------------------------------------ */
+
+enum { CUPOOL_ANY, CUPOOL_LEGACY, CUPOOL_PTDS };
+
+enum cupool_symbol {
+#define CUPOOL_ENUM_ROW(name, base, version, flavour) CUPOOL_SYM_##name,
+    CUPOOL_HANDLED(CUPOOL_ENUM_ROW)
+#undef CUPOOL_ENUM_ROW
+    CUPOOL_SYM_COUNT
+};
+
+#define CUPOOL_REAL_DECL(name, ...) extern __typeof__(name) *real_##name;
+CUPOOL_HANDLED(CUPOOL_REAL_DECL)
+CUPOOL_USED(CUPOOL_REAL_DECL)
+#undef CUPOOL_REAL_DECL
+
+/* Loads libcuda.so.1 and every real_* pointer once; false if the driver is missing. */
+int cupool_driver_load(void);
+/* True once the program's cuInit succeeded and cupool's pools may be used. */
+int cupool_active(void);
+const char *cupool_symbol_name(int sym);
+const char *cupool_result_name(CUresult result);
+
+/* ---- options.c ----------------------------------------------------------- */
+
+#define CUPOOL_OPTIONS(X)                                                                                   \
+    X(POLICY, "CUPOOL_POLICY", ENUM, "dedicated", "dedicated|default|split|off",                             \
+      "pool serving allocations: a dedicated pool per device, the device's default pool, small/large pools, or none") \
+    X(FREE, "CUPOOL_FREE", ENUM, "auto", "auto|ordered|deferred|sync",                                        \
+      "how a free is ordered against work still using the block")                                            \
+    X(RELEASE_THRESHOLD, "CUPOOL_RELEASE_THRESHOLD", SIZE, "unlimited", NULL,                                \
+      "bytes a pool keeps reserved across synchronizations (unlimited = keep everything)")                   \
+    X(MIN_SIZE, "CUPOOL_MIN_SIZE", SIZE, "1", NULL, "smallest allocation served from a pool")                 \
+    X(MAX_SIZE, "CUPOOL_MAX_SIZE", SIZE, "unlimited", NULL, "largest allocation served from a pool")          \
+    X(SPLIT_SIZE, "CUPOOL_SPLIT_SIZE", SIZE, "1M", NULL, "policy split: sizes below this use the small pool")  \
+    X(LIMIT, "CUPOOL_LIMIT", SIZE, "unlimited", NULL, "bytes per device the pools may hold; beyond it allocations go native") \
+    X(MEMSET, "CUPOOL_MEMSET", ENUM, "auto", "auto|kernel|native",                                            \
+      "graph memset nodes on stream-ordered memory: rewrite where the driver rejects them, always, or never") \
+    X(LOG, "CUPOOL_LOG", STRING, "", NULL, "JSON-lines call log path (%p = pid, - = stderr); empty = no log")  \
+    X(LOG_LEVEL, "CUPOOL_LOG_LEVEL", ENUM, "call", "error|warn|call",                                         \
+      "what the log holds: failed calls, failed calls and warnings, or every call")                          \
+    X(STATS, "CUPOOL_STATS", BOOL, "0", NULL, "print a summary at exit")                                     \
+    X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")
+
+enum cupool_option {
+#define CUPOOL_OPTION_ENUM(id, ...) CUPOOL_OPT_##id,
+    CUPOOL_OPTIONS(CUPOOL_OPTION_ENUM)
+#undef CUPOOL_OPTION_ENUM
+    CUPOOL_OPT_COUNT
+};
+
+/* Values of the ENUM options, in the order of their choices string. */
+enum { CUPOOL_POLICY_DEDICATED, CUPOOL_POLICY_DEFAULT, CUPOOL_POLICY_SPLIT, CUPOOL_POLICY_OFF };
+enum { CUPOOL_FREE_AUTO, CUPOOL_FREE_ORDERED, CUPOOL_FREE_DEFERRED, CUPOOL_FREE_SYNC };
+enum { CUPOOL_MEMSET_AUTO, CUPOOL_MEMSET_KERNEL, CUPOOL_MEMSET_NATIVE };
+enum { CUPOOL_LOG_ERROR, CUPOOL_LOG_WARN, CUPOOL_LOG_CALL };
+
+#define CUPOOL_SIZE_UNLIMITED UINT64_MAX
+
+/* The value of an option (parsed and validated on first use). */
+uint64_t cupool_option(enum cupool_option id);
+const char *cupool_option_string(enum cupool_option id);
+/* Parse a size ("512", "64K", "1.5G", "unlimited"); 0 on success. */
+int cupool_parse_size(const char *text, uint64_t *out);
+/* Re-read the environment (tests only). */
+void cupool_options_reload(void);
+void cupool_options_print(void);
+
+/* ---- message.c ----------------------------------------------------------- */
+
+enum { CUPOOL_MSG_ERROR, CUPOOL_MSG_WARN, CUPOOL_MSG_INFO };
+/* One line "cupool: ..." on stderr (and into the log); never exits. */
+void cupool_message(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, but printed once per call site. */
+#define cupool_message_once(level, ...)                                                                     \
+    do {                                                                                                    \
+        static atomic_flag cupool_said_ = ATOMIC_FLAG_INIT;                                                 \
+        if (!atomic_flag_test_and_set(&cupool_said_)) cupool_message(level, __VA_ARGS__);                   \
+    } while (0)
+
+/* ---- the call bracket every shim uses ------------------------------------ */
+
+enum cupool_route { CUPOOL_ROUTE_NONE, CUPOOL_ROUTE_POOL, CUPOOL_ROUTE_NATIVE, CUPOOL_ROUTE_REWRITTEN };
+
+typedef struct cupool_call {
+    int sym;             /* enum cupool_symbol */
+    uint64_t start_ns;   /* 0 when neither log nor stats timing is on */
+    CUdeviceptr ptr;
+    size_t size;
+    int device;          /* -1 unknown */
+    CUstream stream;
+    int route;           /* enum cupool_route */
+    int mode;            /* CUPOOL_FREE_* in effect, -1 none */
+    uint64_t reserved;   /* pool bytes reserved after the call, when known */
+} cupool_call_t;
+
+extern int cupool_timing; /* log or stats need timestamps */
+uint64_t cupool_now_ns(void);
+
+static inline void cupool_call_begin(cupool_call_t *c, int sym)
+{
+    c->sym = sym;
+    c->start_ns = cupool_timing ? cupool_now_ns() : 0;
+    c->ptr = 0;
+    c->size = 0;
+    c->device = -1;
+    c->stream = NULL;
+    c->route = CUPOOL_ROUTE_NONE;
+    c->mode = -1;
+    c->reserved = 0;
+}
+/* Counts the call, logs it, returns result unchanged. */
+CUresult cupool_call_end(cupool_call_t *c, CUresult result);
+
+/* Opens a shim: makes sure the real function exists. */
+#define CUPOOL_SHIM_BEGIN(call, name)                                                                       \
+    cupool_call_t call;                                                                                     \
+    cupool_call_begin(&call, CUPOOL_SYM_##name);                                                            \
+    if (CUPOOL_UNLIKELY(!cupool_driver_load() || !real_##name))                                             \
+        return cupool_call_end(&call, cupool_missing(#name));
+CUresult cupool_missing(const char *name);
+
+/* ---- stats.c ------------------------------------------------------------- */
+
+#define CUPOOL_MAX_DEVICES 64
+
+typedef struct cupool_device_stats {
+    atomic_ullong pooled_allocs, native_allocs, pooled_frees, native_frees;
+    atomic_ullong pooled_bytes, native_bytes;
+    atomic_ullong in_use, peak_in_use, peak_reserved;
+    atomic_ullong trims, oom_retries, rewritten_memsets;
+    atomic_ullong saved_ns; /* estimated native cost of the pooled calls */
+} cupool_device_stats_t;
+
+extern atomic_ullong cupool_calls[CUPOOL_SYM_COUNT];
+extern atomic_ullong cupool_time_ns;
+extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
+cupool_device_stats_t *cupool_stats_for(int device);
+void cupool_stats_alloc(int device, int route, size_t size);
+void cupool_stats_free(int device, int route, size_t size);
+void cupool_stats_reserved(int device, uint64_t reserved);
+void cupool_stats_print(void);
+
+/* ---- log.c --------------------------------------------------------------- */
+
+void cupool_log_open(void);
+void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns);
+void cupool_log_message(int level, const char *text);
+void cupool_log_flush(void);
+extern int cupool_log_level; /* -1 when no log */
+
+#endif

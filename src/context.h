@@ -1,0 +1,76 @@
+/*
+ * cupool's state per device (its pools, its contexts, the bytes it serves)
+ * and per context (the free mode in force, a private stream, the live
+ * non-blocking streams, the queue of deferred frees).  context.c keeps the
+ * free mode correct as the program creates streams and contexts and enables
+ * peer access; memory.c serves allocations and frees from it.
+ */
+#ifndef CUPOOL_CONTEXT_H
+#define CUPOOL_CONTEXT_H
+
+#include "common.h"
+#include "origin.h"
+
+#include <pthread.h>
+
+enum { CUPOOL_POOL_MAIN, CUPOOL_POOL_LARGE, CUPOOL_POOLS_PER_DEVICE };
+
+typedef struct cupool_device {
+    int ordinal;
+    int pooled;                              /* pools usable on this device */
+    CUmemoryPool pools[CUPOOL_POOLS_PER_DEVICE];
+    int npools;
+    int contexts;                            /* live contexts cupool knows */
+    int shared;                              /* a 2nd context or peer access: memory escapes a context */
+    uint64_t peers;                          /* bit j: device j was granted access to these pools */
+    atomic_ullong used;                      /* bytes allocated from the pools and not freed */
+} cupool_device_t;
+
+typedef struct deferred_block deferred_block_t;
+
+typedef struct cupool_context {
+    CUcontext ctx;
+    cupool_device_t *device;
+    int primary;
+    atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
+    CUstream private_stream;                 /* non-blocking, cupool's own */
+    pthread_mutex_t lock;                    /* guards what follows */
+    CUstream *streams;                       /* live non-blocking streams of the program */
+    int nstreams, streams_cap;
+    deferred_block_t *head, *tail;           /* frees waiting for their events */
+    deferred_block_t *held;                  /* frees made during a capture */
+    CUevent *spare_events;
+    int nspare, spare_cap;
+    struct cupool_context *next;             /* registry chain */
+} cupool_context_t;
+
+/* The state of the calling thread's current context, created on first use;
+ * NULL when no context is current or cupool cannot pool there. */
+cupool_context_t *cupool_current_context(void);
+/* The state of a given context, created on first use (must be current). */
+cupool_context_t *cupool_context_of(CUcontext ctx);
+
+/* Pool serving a request of this size, or NULL when it must go native. */
+CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
+
+/* Number of stream captures the program has in progress (any thread). */
+extern atomic_int cupool_captures;
+
+/* Free paths (memory.c calls these with the block's context current). */
+CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o);
+/* Returns completed deferred blocks to their pools; wait = block until all are. */
+void cupool_reclaim(cupool_context_t *c, int wait);
+/* Frees everything the pools no longer need on a device (OOM). */
+void cupool_trim_device(cupool_context_t *c);
+uint64_t cupool_device_reserved_unused(cupool_device_t *dev);
+uint64_t cupool_device_reserved(cupool_device_t *dev);
+
+/* Makes ctx current for the caller if it is not; returns 1 when it pushed. */
+int cupool_enter_context(CUcontext ctx);
+void cupool_leave_context(int pushed);
+
+/* Capture-safe bracket around cupool's own driver calls. */
+CUstreamCaptureMode cupool_relaxed_begin(void);
+void cupool_relaxed_end(CUstreamCaptureMode previous);
+
+#endif

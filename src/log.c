@@ -1,0 +1,204 @@
+/*
+ * The call log (CUPOOL_LOG): one JSON object per line per intercepted call,
+ * so `jq` and the report tool read it directly.  Each thread formats into its
+ * own buffer and writes whole lines with one write() to an O_APPEND file, so
+ * lines never interleave and a reader sees complete lines while the program
+ * runs.  Buffers are flushed when full, every 100 ms, when their thread ends
+ * and at exit.  The file is opened without following a symbolic link, mode
+ * 0600, and must belong to the user.
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define BUFFER_BYTES (64 * 1024)
+#define LINE_MAX_BYTES 1024
+#define FLUSH_AFTER_NS 100000000ull
+
+typedef struct log_buffer {
+    pthread_mutex_t lock;
+    size_t used;
+    uint64_t last_flush_ns;
+    int tid;
+    struct log_buffer *next;
+    char data[BUFFER_BYTES];
+} log_buffer_t;
+
+int cupool_log_level = -1;
+static int log_fd = -1;
+static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
+static log_buffer_t *buffers;
+static pthread_key_t buffer_key;
+static __thread log_buffer_t *my_buffer;
+
+static void write_all(const char *data, size_t len)
+{
+    while (len) {
+        ssize_t n = write(log_fd, data, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+static void flush_locked(log_buffer_t *b)
+{
+    if (b->used) write_all(b->data, b->used);
+    b->used = 0;
+}
+
+static void thread_done(void *arg)
+{
+    log_buffer_t *b = arg;
+    pthread_mutex_lock(&buffers_lock);
+    for (log_buffer_t **p = &buffers; *p; p = &(*p)->next)
+        if (*p == b) {
+            *p = b->next;
+            break;
+        }
+    pthread_mutex_unlock(&buffers_lock);
+    flush_locked(b);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+static log_buffer_t *buffer(void)
+{
+    if (CUPOOL_LIKELY(my_buffer != NULL)) return my_buffer;
+    log_buffer_t *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    pthread_mutex_init(&b->lock, NULL);
+    b->tid = (int)syscall(SYS_gettid);
+    pthread_mutex_lock(&buffers_lock);
+    b->next = buffers;
+    buffers = b;
+    pthread_mutex_unlock(&buffers_lock);
+    pthread_setspecific(buffer_key, b);
+    return my_buffer = b;
+}
+
+static void expand_path(const char *pattern, char *out, size_t len)
+{
+    size_t o = 0;
+    for (const char *p = pattern; *p && o + 1 < len; p++) {
+        if (p[0] == '%' && p[1] == 'p') {
+            o += (size_t)snprintf(out + o, len - o, "%d", (int)getpid());
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o < len ? o : len - 1] = '\0';
+}
+
+static int open_log(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            cupool_message(CUPOOL_MSG_WARN, "not logging: %s is a symbolic link, which cupool refuses to follow", path);
+        else cupool_message(CUPOOL_MSG_WARN, "not logging: cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+        cupool_message(CUPOOL_MSG_WARN, "not logging: %s is not a regular file of this user", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+void cupool_log_open(void)
+{
+    const char *pattern = cupool_option_string(CUPOOL_OPT_LOG);
+    if (!pattern || !*pattern) return;
+    if (strcmp(pattern, "-") == 0) {
+        log_fd = STDERR_FILENO;
+    } else {
+        char path[4096];
+        expand_path(pattern, path, sizeof path);
+        if ((log_fd = open_log(path)) < 0) return;
+    }
+    pthread_key_create(&buffer_key, thread_done);
+    cupool_log_level = (int)cupool_option(CUPOOL_OPT_LOG_LEVEL);
+    char line[LINE_MAX_BYTES];
+    int n = snprintf(line, sizeof line,
+                     "{\"t\":%llu,\"call\":\"cupool.start\",\"pid\":%d,\"version\":\"%s\",\"policy\":\"%s\","
+                     "\"free\":\"%s\",\"memset\":\"%s\"}\n",
+                     (unsigned long long)cupool_now_ns(), (int)getpid(), PACKAGE_VERSION,
+                     cupool_option_string(CUPOOL_OPT_POLICY), cupool_option_string(CUPOOL_OPT_FREE),
+                     cupool_option_string(CUPOOL_OPT_MEMSET));
+    write_all(line, (size_t)n);
+}
+
+static void append(const char *line, size_t len, uint64_t now)
+{
+    log_buffer_t *b = buffer();
+    if (!b) return;
+    pthread_mutex_lock(&b->lock);
+    if (b->used + len > BUFFER_BYTES) flush_locked(b);
+    memcpy(b->data + b->used, line, len);
+    b->used += len;
+    if (now - b->last_flush_ns > FLUSH_AFTER_NS) {
+        flush_locked(b);
+        b->last_flush_ns = now;
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+static const char *const route_names[] = {"none", "pool", "native", "rewritten"};
+static const char *const mode_names[] = {"auto", "ordered", "deferred", "sync"};
+
+void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
+{
+    if (cupool_log_level < CUPOOL_LOG_CALL && result == CUDA_SUCCESS) return;
+    char line[LINE_MAX_BYTES];
+    int n = snprintf(line, sizeof line,
+                     "{\"t\":%llu,\"tid\":%d,\"call\":\"%s\",\"ptr\":\"0x%llx\",\"size\":%zu,\"dev\":%d,"
+                     "\"stream\":\"%p\",\"route\":\"%s\",\"mode\":\"%s\",\"result\":\"%s\",\"dur_ns\":%llu,"
+                     "\"reserved\":%llu}\n",
+                     (unsigned long long)c->start_ns, my_buffer ? my_buffer->tid : (int)syscall(SYS_gettid),
+                     cupool_symbol_name(c->sym), (unsigned long long)c->ptr, c->size, c->device, (void *)c->stream,
+                     route_names[c->route], c->mode >= 0 ? mode_names[c->mode] : "none", cupool_result_name(result),
+                     (unsigned long long)(end_ns - c->start_ns), (unsigned long long)c->reserved);
+    if (n > 0 && n < (int)sizeof line) append(line, (size_t)n, end_ns);
+}
+
+void cupool_log_message(int level, const char *text)
+{
+    if (log_fd < 0 || cupool_log_level < 0) return;
+    if (level == CUPOOL_MSG_INFO || (level == CUPOOL_MSG_WARN && cupool_log_level < CUPOOL_LOG_WARN)) return;
+    char line[LINE_MAX_BYTES];
+    size_t o = (size_t)snprintf(line, sizeof line, "{\"t\":%llu,\"call\":\"cupool.message\",\"level\":\"%s\",\"text\":\"",
+                                (unsigned long long)cupool_now_ns(), level == CUPOOL_MSG_ERROR ? "error" : "warning");
+    for (const char *p = text; *p && o + 8 < sizeof line; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '"' || ch == '\\') line[o++] = '\\', line[o++] = (char)ch;
+        else if (ch < 0x20) o += (size_t)snprintf(line + o, sizeof line - o, "\\u%04x", ch);
+        else line[o++] = (char)ch;
+    }
+    o += (size_t)snprintf(line + o, sizeof line - o, "\"}\n");
+    append(line, o, cupool_now_ns());
+}
+
+void cupool_log_flush(void)
+{
+    if (log_fd < 0) return;
+    pthread_mutex_lock(&buffers_lock);
+    for (log_buffer_t *b = buffers; b; b = b->next) {
+        pthread_mutex_lock(&b->lock);
+        flush_locked(b);
+        pthread_mutex_unlock(&b->lock);
+    }
+    pthread_mutex_unlock(&buffers_lock);
+}

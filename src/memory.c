@@ -1,0 +1,208 @@
+/*
+ * The allocation shims: cuMemAlloc, cuMemAllocPitch and cuMemFree served
+ * from the device's pools in the free mode of the calling context
+ * (context.c), with the pointer-origin table (origin.c) remembering where
+ * each block came from.  Whatever cupool cannot serve (policy off, sizes out
+ * of range, CUPOOL_LIMIT reached, a pool failure) goes to the real driver,
+ * whose result the program then sees.  Out of memory: trim and retry, then
+ * the real cuMemAlloc, then CUDA_ERROR_OUT_OF_MEMORY.
+ */
+#include "context.h"
+
+/* Allocation pitch the driver uses for cuMemAllocPitch on current GPUs. */
+#define PITCH_ALIGNMENT 512
+
+static CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size, int *mode)
+{
+    cupool_reclaim(c, 0);
+    *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0)
+        return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
+    /* Private stream + host wait: the block is ready for every stream. */
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    CUresult r = real_cuMemAllocFromPoolAsync(dptr, size, pool, c->private_stream);
+    if (r == CUDA_SUCCESS) {
+        CUresult s = real_cuStreamSynchronize(c->private_stream);
+        if (s != CUDA_SUCCESS) {
+            real_cuMemFreeAsync(*dptr, c->private_stream);
+            r = s;
+        }
+    }
+    cupool_relaxed_end(previous);
+    return r;
+}
+
+static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size, cupool_call_t *call)
+{
+    call->route = CUPOOL_ROUTE_NATIVE;
+    CUresult r = real_cuMemAlloc_v2(dptr, size);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && c && c->device->pooled) {
+        /* Memory the pools keep reserved may be what is missing. */
+        atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
+        cupool_trim_device(c);
+        r = real_cuMemAlloc_v2(dptr, size);
+    }
+    if (r == CUDA_SUCCESS) cupool_stats_alloc(call->device, CUPOOL_ROUTE_NATIVE, size);
+    return r;
+}
+
+/* Shared by cuMemAlloc and cuMemAllocPitch. */
+static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
+{
+    cupool_context_t *c = NULL;
+    CUmemoryPool pool = NULL;
+    if (dptr && size && cupool_active() && (c = cupool_current_context())) {
+        call->device = c->device->ordinal;
+        pool = cupool_pick_pool(c->device, size);
+    }
+    if (!pool) return native_alloc(c, dptr, size, call);
+
+    CUresult r = pool_alloc_once(c, pool, dptr, size, &call->mode);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        atomic_fetch_add(&cupool_stats_for(call->device)->oom_retries, 1);
+        cupool_trim_device(c);
+        r = pool_alloc_once(c, pool, dptr, size, &call->mode);
+    }
+    if (r != CUDA_SUCCESS) {
+        if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            cupool_message(CUPOOL_MSG_WARN, "pool allocation of %zu bytes failed (%s); using cuMemAlloc", size,
+                           cupool_result_name(r));
+        return native_alloc(c, dptr, size, call);
+    }
+    cupool_origin_t origin = {.ptr = *dptr, .size = size, .owner = c, .pool = pool, .mode = call->mode};
+    if (cupool_origin_insert(&origin) != 0) {
+        /* Without a record the free could not find its pool: go native. */
+        cupool_message_once(CUPOOL_MSG_WARN, "out of host memory for the origin table; using cuMemAlloc");
+        cupool_free_block(c, &origin);
+        return native_alloc(c, dptr, size, call);
+    }
+    atomic_fetch_add_explicit(&c->device->used, size, memory_order_relaxed);
+    call->route = CUPOOL_ROUTE_POOL;
+    call->ptr = *dptr;
+    cupool_stats_alloc(call->device, CUPOOL_ROUTE_POOL, size);
+    if (cupool_timing) {
+        call->reserved = cupool_device_reserved(c->device);
+        cupool_stats_reserved(call->device, call->reserved);
+    }
+    return CUDA_SUCCESS;
+}
+
+CUPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemAlloc_v2);
+    call.size = bytesize;
+    CUresult r = allocate(dptr, bytesize, &call);
+    if (r == CUDA_SUCCESS) call.ptr = *dptr;
+    return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                          unsigned int ElementSizeBytes)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemAllocPitch_v2);
+    size_t pitch = (WidthInBytes + PITCH_ALIGNMENT - 1) / PITCH_ALIGNMENT * PITCH_ALIGNMENT;
+    int valid = dptr && pPitch && WidthInBytes && Height && pitch >= WidthInBytes &&
+                (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16) &&
+                Height <= SIZE_MAX / pitch;
+    /* Bad arguments get the driver's own answer. */
+    if (!valid) {
+        call.route = CUPOOL_ROUTE_NATIVE;
+        return cupool_call_end(&call, real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+    }
+    call.size = pitch * Height;
+    CUresult r = allocate(dptr, pitch * Height, &call);
+    if (r == CUDA_SUCCESS) {
+        *pPitch = pitch;
+        call.ptr = *dptr;
+    }
+    return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemFree_v2);
+    call.ptr = dptr;
+    cupool_origin_t o;
+    if (!dptr || !cupool_active() || cupool_origin_remove(dptr, &o) != 0) {
+        /* Not ours (or nothing): the driver decides, errors included. */
+        call.route = CUPOOL_ROUTE_NATIVE;
+        CUresult r = real_cuMemFree_v2(dptr);
+        if (r == CUDA_SUCCESS && dptr) cupool_stats_free(-1, CUPOOL_ROUTE_NATIVE, 0);
+        return cupool_call_end(&call, r);
+    }
+    cupool_context_t *c = o.owner;
+    call.route = CUPOOL_ROUTE_POOL;
+    call.size = o.size;
+    call.device = c->device->ordinal;
+    call.mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    /* A free runs in the context that allocated the block. */
+    int pushed = cupool_enter_context(c->ctx);
+    CUresult r = cupool_free_block(c, &o);
+    cupool_leave_context(pushed);
+    atomic_fetch_sub_explicit(&c->device->used, o.size, memory_order_relaxed);
+    cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
+    if (cupool_timing) call.reserved = cupool_device_reserved(c->device);
+    return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemGetInfo_v2);
+    CUresult r = real_cuMemGetInfo_v2(free, total);
+    cupool_context_t *c;
+    if (r == CUDA_SUCCESS && free && total && cupool_active() && (c = cupool_current_context()) && c->device->pooled) {
+        /* What the pools hold but do not use is free for the program. */
+        uint64_t idle = cupool_device_reserved_unused(c->device);
+        *free = *free + idle > *total ? *total : *free + idle;
+        call.device = c->device->ordinal;
+    }
+    return cupool_call_end(&call, r);
+}
+
+/* The program frees a block cupool made with its own stream-ordered free:
+ * forget the record, the driver does the rest. */
+static void forget_block(CUdeviceptr dptr, cupool_call_t *call)
+{
+    cupool_origin_t o;
+    if (!dptr || !cupool_active() || cupool_origin_remove(dptr, &o) != 0) return;
+    atomic_fetch_sub_explicit(&o.owner->device->used, o.size, memory_order_relaxed);
+    call->device = o.owner->device->ordinal;
+    call->size = o.size;
+    cupool_stats_free(call->device, CUPOOL_ROUTE_POOL, o.size);
+}
+
+CUPOOL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync);
+    call.ptr = dptr;
+    call.stream = hStream;
+    CUresult r = real_cuMemFreeAsync(dptr, hStream);
+    if (r == CUDA_SUCCESS) forget_block(dptr, &call);
+    return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync_ptsz);
+    call.ptr = dptr;
+    call.stream = hStream;
+    CUresult r = real_cuMemFreeAsync_ptsz(dptr, hStream);
+    if (r == CUDA_SUCCESS) forget_block(dptr, &call);
+    return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    CUPOOL_SHIM_BEGIN(call, cuIpcGetMemHandle);
+    call.ptr = dptr;
+    CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
+    cupool_origin_t o;
+    if (r != CUDA_SUCCESS && cupool_active() && cupool_origin_find(dptr, &o) == 0) {
+        call.route = CUPOOL_ROUTE_POOL;
+        cupool_message_once(CUPOOL_MSG_WARN,
+                            "cuIpcGetMemHandle fails on pooled memory (%s); for programs that share device memory "
+                            "across processes run with CUPOOL_POLICY=off",
+                            cupool_result_name(r));
+    }
+    return cupool_call_end(&call, r);
+}

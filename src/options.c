@@ -1,0 +1,172 @@
+/*
+ * The CUPOOL_* environment options: one table (common.h's CUPOOL_OPTIONS),
+ * each value read and validated once, on first use.  A bad value keeps the
+ * default and says why in one message; CUPOOL_VERBOSE=1 prints every
+ * effective value and where it came from.  No getenv anywhere else.
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum option_kind { KIND_ENUM, KIND_SIZE, KIND_BOOL, KIND_STRING };
+
+typedef struct option_row {
+    const char *env;          /* environment variable */
+    enum option_kind kind;
+    const char *fallback;     /* default, as text, parsed like a user value */
+    const char *choices;      /* ENUM: "a|b|c", value = index */
+    const char *help;
+} option_row_t;
+
+static const option_row_t rows[CUPOOL_OPT_COUNT] = {
+#define CUPOOL_OPTION_ROW(id, env, kind, fallback, choices, help) {env, KIND_##kind, fallback, choices, help},
+    CUPOOL_OPTIONS(CUPOOL_OPTION_ROW)
+#undef CUPOOL_OPTION_ROW
+};
+
+static uint64_t values[CUPOOL_OPT_COUNT];
+static const char *strings[CUPOOL_OPT_COUNT];
+static int from_env[CUPOOL_OPT_COUNT];
+static pthread_once_t parse_once = PTHREAD_ONCE_INIT;
+
+int cupool_parse_size(const char *text, uint64_t *out)
+{
+    if (!text || !*text) return -1;
+    if (strcasecmp(text, "unlimited") == 0 || strcasecmp(text, "max") == 0) {
+        *out = CUPOOL_SIZE_UNLIMITED;
+        return 0;
+    }
+    if (text[0] == '-' || text[0] == '+') return -1;
+    errno = 0;
+    char *end;
+    double number = strtod(text, &end);
+    if (errno || end == text || !isfinite(number) || number < 0) return -1;
+    uint64_t unit = 1;
+    switch (*end) {
+    case 'k': case 'K': unit = 1ull << 10; end++; break;
+    case 'm': case 'M': unit = 1ull << 20; end++; break;
+    case 'g': case 'G': unit = 1ull << 30; end++; break;
+    case 't': case 'T': unit = 1ull << 40; end++; break;
+    default: break;
+    }
+    /* Accept K, KB and KiB alike: all mean 1024. */
+    if (unit > 1 && (end[0] == 'i' || end[0] == 'I') && (end[1] == 'b' || end[1] == 'B')) end += 2;
+    else if (unit > 1 && (end[0] == 'b' || end[0] == 'B')) end++;
+    else if (unit == 1 && (end[0] == 'b' || end[0] == 'B')) end++;
+    if (*end) return -1;
+    double bytes = number * (double)unit;
+    if (bytes >= 18446744073709551616.0) return -1; /* 2^64: does not fit */
+    if (bytes != floor(bytes)) return -1;           /* fractional bytes */
+    *out = (uint64_t)bytes;
+    return 0;
+}
+
+static int parse_enum(const char *choices, const char *text, uint64_t *out)
+{
+    size_t len = strlen(text);
+    uint64_t index = 0;
+    for (const char *p = choices; *p; index++) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && strncasecmp(p, text, n) == 0) {
+            *out = index;
+            return 0;
+        }
+        p += n + (bar != NULL);
+    }
+    return -1;
+}
+
+static int parse_bool(const char *text, uint64_t *out)
+{
+    static const char *const yes[] = {"1", "yes", "true", "on"}, *const no[] = {"0", "no", "false", "off"};
+    for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(text, yes[i]) == 0) return *out = 1, 0;
+        if (strcasecmp(text, no[i]) == 0) return *out = 0, 0;
+    }
+    return -1;
+}
+
+static int parse_value(const option_row_t *row, const char *text, uint64_t *value)
+{
+    switch (row->kind) {
+    case KIND_ENUM: return parse_enum(row->choices, text, value);
+    case KIND_SIZE: return cupool_parse_size(text, value);
+    case KIND_BOOL: return parse_bool(text, value);
+    case KIND_STRING: *value = *text != '\0'; return 0;
+    }
+    return -1;
+}
+
+static const char *expected(const option_row_t *row)
+{
+    switch (row->kind) {
+    case KIND_ENUM: return row->choices;
+    case KIND_SIZE: return "a byte count with an optional K/M/G/T suffix, or unlimited";
+    case KIND_BOOL: return "0 or 1";
+    default: return "text";
+    }
+}
+
+static void parse_all(void)
+{
+    for (int i = 0; i < CUPOOL_OPT_COUNT; i++) {
+        const option_row_t *row = &rows[i];
+        const char *text = getenv(row->env);
+        from_env[i] = 0;
+        parse_value(row, row->fallback, &values[i]);
+        strings[i] = row->fallback;
+        if (!text) continue;
+        uint64_t value;
+        if (parse_value(row, text, &value) != 0) {
+            cupool_message(CUPOOL_MSG_WARN, "ignoring %s=\"%s\": expected %s; using the default %s", row->env, text,
+                           expected(row), row->fallback);
+            continue;
+        }
+        values[i] = value;
+        strings[i] = text;
+        from_env[i] = 1;
+    }
+    /* A pool that may hold more than the largest size it serves is fine; a
+     * minimum above the maximum pools nothing, which is surely a mistake. */
+    if (values[CUPOOL_OPT_MIN_SIZE] > values[CUPOOL_OPT_MAX_SIZE]) {
+        cupool_message(CUPOOL_MSG_WARN, "CUPOOL_MIN_SIZE is above CUPOOL_MAX_SIZE; using the defaults of both");
+        parse_value(&rows[CUPOOL_OPT_MIN_SIZE], rows[CUPOOL_OPT_MIN_SIZE].fallback, &values[CUPOOL_OPT_MIN_SIZE]);
+        parse_value(&rows[CUPOOL_OPT_MAX_SIZE], rows[CUPOOL_OPT_MAX_SIZE].fallback, &values[CUPOOL_OPT_MAX_SIZE]);
+        strings[CUPOOL_OPT_MIN_SIZE] = rows[CUPOOL_OPT_MIN_SIZE].fallback;
+        strings[CUPOOL_OPT_MAX_SIZE] = rows[CUPOOL_OPT_MAX_SIZE].fallback;
+        from_env[CUPOOL_OPT_MIN_SIZE] = from_env[CUPOOL_OPT_MAX_SIZE] = 0;
+    }
+}
+
+uint64_t cupool_option(enum cupool_option id)
+{
+    pthread_once(&parse_once, parse_all);
+    return values[id];
+}
+
+const char *cupool_option_string(enum cupool_option id)
+{
+    pthread_once(&parse_once, parse_all);
+    return strings[id];
+}
+
+void cupool_options_reload(void)
+{
+    pthread_once(&parse_once, parse_all);
+    parse_all();
+}
+
+void cupool_options_print(void)
+{
+    pthread_once(&parse_once, parse_all);
+    for (int i = 0; i < CUPOOL_OPT_COUNT; i++)
+        cupool_message(CUPOOL_MSG_INFO, "%-25s = %-10s (%s) %s", rows[i].env, *strings[i] ? strings[i] : "\"\"",
+                       from_env[i] ? "environment" : "default", rows[i].help);
+}

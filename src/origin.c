@@ -1,0 +1,136 @@
+/*
+ * The pointer-origin table (origin.h), sharded so that threads allocating
+ * and freeing at once rarely meet on a lock: the pointer picks one of 64
+ * shards, each a uthash table under its own mutex, held only for the hash
+ * operation itself.  Entries are recycled through a per-shard free list so
+ * the steady state makes no host allocations.
+ */
+#include "origin.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <uthash.h>
+
+#define SHARDS 64
+
+typedef struct entry {
+    cupool_origin_t origin;
+    UT_hash_handle hh;
+} entry_t;
+
+typedef struct shard {
+    pthread_mutex_t lock;
+    entry_t *table;
+    entry_t *spare; /* recycled entries, chained through hh.next */
+    size_t count;
+} __attribute__((aligned(64))) shard_t;
+
+static shard_t shards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+static atomic_int fail_next;
+
+static shard_t *shard_of(CUdeviceptr ptr)
+{
+    /* Pool blocks are at least 256-byte aligned: mix the higher bits. */
+    uint64_t h = (uint64_t)ptr >> 8;
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ull;
+    return &shards[h >> 58];
+}
+
+int cupool_origin_insert(const cupool_origin_t *origin)
+{
+    shard_t *s = shard_of(origin->ptr);
+    pthread_mutex_lock(&s->lock);
+    entry_t *e = s->spare;
+    if (e) s->spare = e->hh.next;
+    pthread_mutex_unlock(&s->lock);
+    if (atomic_load_explicit(&fail_next, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_next, 1) > 0) {
+        if (e) {
+            pthread_mutex_lock(&s->lock);
+            e->hh.next = s->spare;
+            s->spare = e;
+            pthread_mutex_unlock(&s->lock);
+        }
+        return -1;
+    }
+    if (!e && !(e = malloc(sizeof *e))) return -1;
+    e->origin = *origin;
+    pthread_mutex_lock(&s->lock);
+    HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
+    s->count++;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
+{
+    shard_t *s = shard_of(ptr);
+    entry_t *e;
+    pthread_mutex_lock(&s->lock);
+    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    if (e) {
+        HASH_DEL(s->table, e);
+        s->count--;
+        *out = e->origin;
+        e->hh.next = s->spare;
+        s->spare = e;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return e ? 0 : -1;
+}
+
+int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)
+{
+    shard_t *s = shard_of(ptr);
+    entry_t *e;
+    pthread_mutex_lock(&s->lock);
+    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    if (e) *out = e->origin;
+    pthread_mutex_unlock(&s->lock);
+    return e ? 0 : -1;
+}
+
+void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_origin_t *, void *), void *arg)
+{
+    for (int i = 0; i < SHARDS; i++) {
+        shard_t *s = &shards[i];
+        entry_t *e, *tmp;
+        pthread_mutex_lock(&s->lock);
+        HASH_ITER(hh, s->table, e, tmp)
+        {
+            if (e->origin.owner != owner) continue;
+            HASH_DEL(s->table, e);
+            s->count--;
+            fn(&e->origin, arg);
+            e->hh.next = s->spare;
+            s->spare = e;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+size_t cupool_origin_count(void)
+{
+    size_t n = 0;
+    for (int i = 0; i < SHARDS; i++) {
+        pthread_mutex_lock(&shards[i].lock);
+        n += shards[i].count;
+        pthread_mutex_unlock(&shards[i].lock);
+    }
+    return n;
+}
+
+void cupool_origin_lock_all(void)
+{
+    for (int i = 0; i < SHARDS; i++) pthread_mutex_lock(&shards[i].lock);
+}
+
+void cupool_origin_unlock_all(void)
+{
+    for (int i = SHARDS - 1; i >= 0; i--) pthread_mutex_unlock(&shards[i].lock);
+}
+
+void cupool_origin_fail_next(int n)
+{
+    atomic_store(&fail_next, n);
+}

@@ -1,0 +1,37 @@
+/*
+ * The pointer-origin table: for every block cupool allocated from a pool, the
+ * context and pool it came from, its size and the free mode in force when it
+ * was made.  A free finds its block here; a pointer that is not here goes to
+ * the real driver unchanged.
+ */
+#ifndef CUPOOL_ORIGIN_H
+#define CUPOOL_ORIGIN_H
+
+#include "common.h"
+
+struct cupool_context;
+
+typedef struct cupool_origin {
+    CUdeviceptr ptr;
+    size_t size;
+    struct cupool_context *owner;
+    CUmemoryPool pool;
+    int mode; /* CUPOOL_FREE_* the block was allocated under */
+} cupool_origin_t;
+
+/* Records a block; 0 on success, -1 when cupool's own host memory ran out. */
+int cupool_origin_insert(const cupool_origin_t *origin);
+/* Removes the block starting at ptr, copying its record to *out; 0 if found. */
+int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out);
+/* Copies the record of the block starting at ptr without removing it; 0 if found. */
+int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
+/* Removes every block owned by a context, calling fn on each. */
+void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_origin_t *, void *), void *arg);
+size_t cupool_origin_count(void);
+/* Lock/unlock every shard around fork(). */
+void cupool_origin_lock_all(void);
+void cupool_origin_unlock_all(void);
+/* Test hook: make the next n insertions fail as if malloc had. */
+void cupool_origin_fail_next(int n);
+
+#endif

@@ -1,0 +1,22 @@
+#!/bin/sh
+# LOG_COMPILER of the test suite: runs one test program with libcupool.so
+# preloaded, against the simulated driver (tests/sim) or, with
+# CUPOOL_TEST_DRIVER=real, against the system's libcuda.so.1.
+# A test program may ask to run without cupool by setting CUPOOL_TEST_NATIVE=1
+# in its own re-execution (see tests/check.h).  Exit 77 = skipped.
+builddir=${CUPOOL_BUILDDIR:-$(pwd)}
+driver=${CUPOOL_TEST_DRIVER:-sim}
+case $driver in
+sim)
+    LD_LIBRARY_PATH="$builddir/tests/sim/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH
+    ;;
+real) ;;
+*) echo "run-test.sh: CUPOOL_TEST_DRIVER must be sim or real" >&2; exit 99 ;;
+esac
+CUPOOL_LIBRARY="$builddir/.libs/libcupool.so"
+export CUPOOL_LIBRARY CUPOOL_TEST_DRIVER="$driver"
+case $1 in
+*.sh) exec ${SHELL:-/bin/sh} "$@" ;;
+*) LD_PRELOAD="$CUPOOL_LIBRARY${LD_PRELOAD:+:$LD_PRELOAD}" exec "$@" ;;
+esac
