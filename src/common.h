@@ -42,6 +42,9 @@ CUPOOL_USED(CUPOOL_REAL_DECL)
 int cupool_driver_load(void);
 /* True once the program's cuInit succeeded and cupool's pools may be used. */
 int cupool_active(void);
+/* From now on pass everything through (a forked child: the parent's
+ * contexts are not its own). */
+void cupool_stop(void);
 const char *cupool_symbol_name(int sym);
 const char *cupool_result_name(CUresult result);
 

@@ -560,6 +560,7 @@ static void fork_child(void)
     pthread_mutex_unlock(&registry_lock);
     /* The parent's contexts are not the child's: pass everything through. */
     forked_child = 1;
+    cupool_stop();
 }
 
 void cupool_pools_start(void)

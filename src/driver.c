@@ -181,6 +181,11 @@ static void start(void)
     atomic_store(&started, 1);
 }
 
+void cupool_stop(void)
+{
+    atomic_store(&started, 0);
+}
+
 int cupool_active(void)
 {
     return atomic_load_explicit(&started, memory_order_acquire);
