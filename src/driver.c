@@ -151,7 +151,10 @@ CUresult cupool_call_end(cupool_call_t *c, CUresult result)
     atomic_fetch_add_explicit(&cupool_calls[c->sym], 1, memory_order_relaxed);
     if (c->start_ns) {
         uint64_t end = cupool_now_ns();
-        atomic_fetch_add_explicit(&cupool_time_ns, end - c->start_ns, memory_order_relaxed);
+        /* Time in cupool means the calls cupool served itself; the rest is
+         * the driver's own time, which the program would spend anyway. */
+        if (c->route == CUPOOL_ROUTE_POOL || c->route == CUPOOL_ROUTE_REWRITTEN)
+            atomic_fetch_add_explicit(&cupool_time_ns, end - c->start_ns, memory_order_relaxed);
         if (cupool_log_level >= 0) cupool_log_call(c, result, end);
     }
     return result;
@@ -219,7 +222,12 @@ static void *substitute(const char *symbol, void *fn, int cuda_version, cuuint64
         if (row->flavour != CUPOOL_ANY && row->flavour != want) continue;
         if (!best || row->version > best->version) best = row;
     }
-    return best && *best->real ? best->shim : fn;
+    if (best && *best->real) {
+        cupool_message(CUPOOL_MSG_INFO, "cuGetProcAddress(%s, %d): driver address is not the exported one; using %s",
+                       symbol, cuda_version, best->name);
+        return best->shim;
+    }
+    return fn;
 }
 
 CUPOOL_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
