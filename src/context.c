@@ -16,14 +16,30 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A freed block not yet back in its pool. */
 struct deferred_block {
     CUdeviceptr ptr;
-    size_t size;
-    CUmemoryPool pool;
-    int nevents, checked;                 /* events[checked..] not yet seen complete */
     deferred_block_t *next;
+};
+
+/* Blocks freed before one set of events was recorded: they go back to the
+ * pool together once every event has completed. */
+struct deferred_batch {
+    deferred_block_t *blocks;
+    deferred_batch_t *next;
+    int nevents, checked;                 /* events[checked..] not yet seen complete */
     CUevent events[];
 };
+
+/* deferred mode records one event per live non-blocking stream (plus the
+ * legacy stream).  Frameworks create dozens of streams (PyTorch's stream
+ * pool: 32 per priority), so events are recorded for a batch of frees at
+ * once, at the first cupool call after the batch has waited this long or
+ * grown this large.  Recording later than the free is still correct: the
+ * events then cover more work, never less. */
+#define BATCH_MAX_WAIT_NS 200000
+#define BATCH_MAX_BLOCKS 64
+#define BATCH_CHEAP_STREAMS 2
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static cupool_device_t devices[CUPOOL_MAX_DEVICES];
@@ -323,20 +339,24 @@ static void give_event(cupool_context_t *c, CUevent ev)
     c->spare_events[c->nspare++] = ev;
 }
 
-static void release_block(cupool_context_t *c, deferred_block_t *b)
+/* Hands a list of blocks back to the pool; their users are all done. */
+static void release_blocks(deferred_block_t *b, CUstream stream)
 {
-    for (int i = 0; i < b->nevents; i++) give_event(c, b->events[i]);
-    CUresult r = real_cuMemFreeAsync(b->ptr, c->private_stream);
-    if (r != CUDA_SUCCESS)
-        cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)b->ptr,
-                       cupool_result_name(r));
-    free(b);
+    while (b) {
+        deferred_block_t *next = b->next;
+        CUresult r = real_cuMemFreeAsync(b->ptr, stream);
+        if (r != CUDA_SUCCESS)
+            cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s",
+                           (unsigned long long)b->ptr, cupool_result_name(r));
+        free(b);
+        b = next;
+    }
 }
 
-static int block_complete(deferred_block_t *b, int wait)
+static int batch_complete(deferred_batch_t *batch, int wait)
 {
-    for (; b->checked < b->nevents; b->checked++) {
-        CUevent ev = b->events[b->checked];
+    for (; batch->checked < batch->nevents; batch->checked++) {
+        CUevent ev = batch->events[batch->checked];
         CUresult r = wait ? real_cuEventSynchronize(ev) : real_cuEventQuery(ev);
         if (r == CUDA_ERROR_NOT_READY) return 0;
         /* Any other error means the event will never say more: stop waiting on it. */
@@ -344,29 +364,70 @@ static int block_complete(deferred_block_t *b, int wait)
     return 1;
 }
 
+/* Records the events that cover every pending free: one on the legacy stream
+ * (which follows every blocking and per-thread stream) and one on each live
+ * non-blocking stream.  Called with c->lock held and c->ctx current. */
+static void record_batch(cupool_context_t *c)
+{
+    deferred_batch_t *batch = malloc(sizeof *batch + (size_t)(1 + c->nstreams) * sizeof(CUevent));
+    CUresult r = batch ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (batch) batch->nevents = batch->checked = 0;
+    for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++) {
+        CUevent ev = take_event(c);
+        r = ev ? real_cuEventRecord(ev, i < 0 ? CU_STREAM_LEGACY : c->streams[i]) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS) batch->events[batch->nevents++] = ev;
+        else if (ev) give_event(c, ev);
+    }
+    if (r != CUDA_SUCCESS) {
+        /* Could not record: fall back to the strongest order. */
+        cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
+                            cupool_result_name(r));
+        if (batch) {
+            for (int i = 0; i < batch->nevents; i++) give_event(c, batch->events[i]);
+            free(batch);
+        }
+        real_cuCtxSynchronize();
+        release_blocks(c->pending, c->private_stream);
+    } else {
+        batch->blocks = c->pending;
+        batch->next = NULL;
+        if (c->tail) c->tail->next = batch;
+        else c->head = batch;
+        c->tail = batch;
+    }
+    c->pending = NULL;
+    c->npending = 0;
+    c->batch_start_ns = 0;
+}
+
 /* Called with c->lock held and c->ctx current. */
 static void reclaim_locked(cupool_context_t *c, int wait)
 {
-    while (c->head && block_complete(c->head, wait)) {
-        deferred_block_t *b = c->head;
-        c->head = b->next;
+    if (c->pending && atomic_load(&cupool_captures) == 0) {
+        uint64_t now = cupool_now_ns();
+        if (wait || c->nstreams <= BATCH_CHEAP_STREAMS || c->npending >= BATCH_MAX_BLOCKS ||
+            now - c->batch_start_ns >= BATCH_MAX_WAIT_NS)
+            record_batch(c);
+    }
+    while (c->head && batch_complete(c->head, wait)) {
+        deferred_batch_t *batch = c->head;
+        c->head = batch->next;
         if (!c->head) c->tail = NULL;
-        release_block(c, b);
+        for (int i = 0; i < batch->nevents; i++) give_event(c, batch->events[i]);
+        release_blocks(batch->blocks, c->private_stream);
+        free(batch);
     }
     /* Frees made while a capture was in progress wait for it to end. */
     if (c->held && atomic_load(&cupool_captures) == 0) {
         real_cuCtxSynchronize();
-        while (c->held) {
-            deferred_block_t *b = c->held;
-            c->held = b->next;
-            release_block(c, b);
-        }
+        release_blocks(c->held, c->private_stream);
+        c->held = NULL;
     }
 }
 
 void cupool_reclaim(cupool_context_t *c, int wait)
 {
-    if (!c->head && !c->held) return;
+    if (!c->head && !c->held && !c->pending) return;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, wait);
@@ -374,65 +435,21 @@ void cupool_reclaim(cupool_context_t *c, int wait)
     pthread_mutex_unlock(&c->lock);
 }
 
-static deferred_block_t *new_block(const cupool_origin_t *o, int nevents)
+static CUresult defer(cupool_context_t *c, CUdeviceptr ptr, int held)
 {
-    deferred_block_t *b = malloc(sizeof *b + (size_t)nevents * sizeof(CUevent));
-    if (!b) return NULL;
-    b->ptr = o->ptr;
-    b->size = o->size;
-    b->pool = o->pool;
-    b->nevents = 0;
-    b->checked = 0;
-    b->next = NULL;
-    return b;
-}
-
-static CUresult record(cupool_context_t *c, deferred_block_t *b, CUstream stream)
-{
-    CUevent ev = take_event(c);
-    if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = real_cuEventRecord(ev, stream);
-    if (r != CUDA_SUCCESS) {
-        give_event(c, ev);
-        return r;
-    }
-    b->events[b->nevents++] = ev;
-    return CUDA_SUCCESS;
-}
-
-/* deferred: record an event on the legacy stream (which follows every
- * blocking and per-thread stream) and on every live non-blocking stream; the
- * block goes back to the pool once they have all completed. */
-static CUresult free_deferred(cupool_context_t *c, const cupool_origin_t *o)
-{
-    pthread_mutex_lock(&c->lock);
-    reclaim_locked(c, 0);
-    deferred_block_t *b = new_block(o, 1 + c->nstreams);
-    CUresult r = b ? record(c, b, CU_STREAM_LEGACY) : CUDA_ERROR_OUT_OF_MEMORY;
-    for (int i = 0; r == CUDA_SUCCESS && i < c->nstreams; i++) r = record(c, b, c->streams[i]);
-    if (r == CUDA_SUCCESS) {
-        if (c->tail) c->tail->next = b;
-        else c->head = b;
-        c->tail = b;
-    }
-    pthread_mutex_unlock(&c->lock);
-    if (r == CUDA_SUCCESS) return r;
-    /* Could not record: fall back to the strongest order. */
-    if (b) {
-        for (int i = 0; i < b->nevents; i++) give_event(c, b->events[i]);
-        free(b);
-    }
-    real_cuCtxSynchronize();
-    return real_cuMemFreeAsync(o->ptr, c->private_stream);
-}
-
-static CUresult free_held(cupool_context_t *c, const cupool_origin_t *o)
-{
-    deferred_block_t *b = new_block(o, 0);
+    deferred_block_t *b = malloc(sizeof *b);
     if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
+    b->ptr = ptr;
     pthread_mutex_lock(&c->lock);
-    b->next = c->held;
-    c->held = b;
+    if (held) {
+        b->next = c->held;
+        c->held = b;
+    } else {
+        b->next = c->pending;
+        c->pending = b;
+        if (c->npending++ == 0) c->batch_start_ns = cupool_now_ns();
+        reclaim_locked(c, 0);
+    }
     pthread_mutex_unlock(&c->lock);
     return CUDA_SUCCESS;
 }
@@ -441,10 +458,10 @@ CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o)
 {
     /* During a capture neither the legacy stream nor a context-wide
      * synchronization may be touched: hold the block until it ends. */
-    if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return free_held(c, o);
+    if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return defer(c, o->ptr, 1);
     switch (atomic_load_explicit(&c->mode, memory_order_relaxed)) {
     case CUPOOL_FREE_ORDERED: return real_cuMemFreeAsync(o->ptr, CU_STREAM_LEGACY);
-    case CUPOOL_FREE_DEFERRED: return free_deferred(c, o);
+    case CUPOOL_FREE_DEFERRED: return defer(c, o->ptr, 0);
     default: {
         CUresult r = real_cuCtxSynchronize();
         if (r != CUDA_SUCCESS) return r;
@@ -474,6 +491,23 @@ static void free_on_legacy(const cupool_origin_t *o, void *arg)
     cupool_stats_free(c->device->ordinal, CUPOOL_ROUTE_POOL, o->size);
 }
 
+/* Hands back every deferred block of a context whose work is known to be
+ * complete, without looking at its events (they may be gone with it). */
+static void drop_deferred(cupool_context_t *c, CUstream stream)
+{
+    while (c->head) {
+        deferred_batch_t *batch = c->head;
+        c->head = batch->next;
+        release_blocks(batch->blocks, stream);
+        free(batch);
+    }
+    c->tail = NULL;
+    release_blocks(c->pending, stream);
+    release_blocks(c->held, stream);
+    c->pending = c->held = NULL;
+    c->npending = 0;
+}
+
 /* Returns every block of the context to its pool and forgets the context:
  * natively its memory dies with it.  The context must be current. */
 static void teardown_current(cupool_context_t *c)
@@ -481,12 +515,7 @@ static void teardown_current(cupool_context_t *c)
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     real_cuCtxSynchronize();
     pthread_mutex_lock(&c->lock);
-    reclaim_locked(c, 1);
-    while (c->held) {
-        deferred_block_t *b = c->held;
-        c->held = b->next;
-        release_block(c, b);
-    }
+    drop_deferred(c, c->private_stream);
     pthread_mutex_unlock(&c->lock);
     if (c->device->pooled) {
         cupool_origin_drain(c, free_on_legacy, c);
@@ -641,12 +670,7 @@ static void forget_dead_primary(cupool_context_t *c, int ordinal)
         int pushed = cupool_enter_context(fresh);
         CUstreamCaptureMode previous = cupool_relaxed_begin();
         cupool_origin_drain(c, free_on_legacy, c);
-        for (deferred_block_t *lists[2] = {c->head, c->held}, **l = lists; l < lists + 2; l++)
-            for (deferred_block_t *b = *l, *next; b; b = next) {
-                next = b->next;
-                real_cuMemFreeAsync(b->ptr, CU_STREAM_LEGACY);
-                free(b);
-            }
+        drop_deferred(c, CU_STREAM_LEGACY);
         real_cuCtxSynchronize();
         cupool_relaxed_end(previous);
         cupool_leave_context(pushed);
@@ -780,7 +804,7 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
                 c->streams[i] = c->streams[--c->nstreams];
                 /* Its remaining work may still use blocks freed in deferred
                  * mode, which will no longer wait on it: let it finish. */
-                if (c->head) real_cuStreamSynchronize(hStream);
+                if (c->head || c->pending) real_cuStreamSynchronize(hStream);
                 break;
             }
             pthread_mutex_unlock(&c->lock);

@@ -27,6 +27,7 @@ typedef struct cupool_device {
 } cupool_device_t;
 
 typedef struct deferred_block deferred_block_t;
+typedef struct deferred_batch deferred_batch_t;
 
 typedef struct cupool_context {
     CUcontext ctx;
@@ -37,7 +38,10 @@ typedef struct cupool_context {
     pthread_mutex_t lock;                    /* guards what follows */
     CUstream *streams;                       /* live non-blocking streams of the program */
     int nstreams, streams_cap;
-    deferred_block_t *head, *tail;           /* frees waiting for their events */
+    deferred_block_t *pending;               /* deferred frees no event covers yet */
+    int npending;
+    uint64_t batch_start_ns;                 /* when the first pending free came */
+    deferred_batch_t *head, *tail;           /* batches waiting for their events */
     deferred_block_t *held;                  /* frees made during a capture */
     CUevent *spare_events;
     int nspare, spare_cap;

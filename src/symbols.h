@@ -70,6 +70,7 @@
     X(cuDevicePrimaryCtxGetState)  \
     X(cuCtxGetCurrent)             \
     X(cuCtxGetDevice)              \
+    X(cuCtxGetId)                  \
     X(cuCtxPushCurrent_v2)         \
     X(cuCtxPopCurrent_v2)          \
     X(cuCtxSynchronize)            \
