@@ -1,0 +1,523 @@
+/*
+ * Stand-alone smoke test of the simulated CUDA driver (not part of the test
+ * suite; build it by hand against a hand-built libcuda.so.1):
+ *
+ *   gcc -std=c11 -I/usr/local/cuda/include tests/sim/selftest.c \
+ *       -L/tmp/simbuild -l:libcuda.so.1 -lpthread -o /tmp/simbuild/selftest
+ *   LD_LIBRARY_PATH=/tmp/simbuild /tmp/simbuild/selftest
+ *   SIMCUDA_MEMSET_BUG=1 LD_LIBRARY_PATH=/tmp/simbuild /tmp/simbuild/selftest
+ *
+ * It walks through initialisation, contexts, memory, pools, events, capture,
+ * modules, graphs and cuGetProcAddress, checking the result codes and the
+ * memory contents the simulator is meant to produce.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define EXPECT(call, want)                                                                        \
+    do {                                                                                          \
+        CUresult got_ = (call);                                                                   \
+        if (got_ != (want)) {                                                                     \
+            const char *name_ = "?";                                                              \
+            cuGetErrorName(got_, &name_);                                                         \
+            fprintf(stderr, "%s:%d: %s -> %s (%d), wanted %s\n", __FILE__, __LINE__, #call, name_, \
+                    (int)got_, #want);                                                            \
+            failures++;                                                                           \
+        }                                                                                         \
+    } while (0)
+#define OK(call) EXPECT(call, CUDA_SUCCESS)
+#define TRUE(cond)                                                             \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                          ".visible .entry cupool_fill_u32(\n"
+                          "  .param .u64 cupool_fill_u32_param_0, .param .u64 p1,\n"
+                          "  .param .u64 p2, .param .u64 p3, .param .u32 p4\n)\n.maxntid 256, 1, 1\n{ ret; }\n"
+                          ".visible .entry sim_busy()\n{ ret; }\n"
+                          ".visible .entry unknown_kernel(.param .align 8 .b8 blob[24])\n{ ret; }\n";
+
+static cuuint64_t pool_attr(CUmemoryPool pool, CUmemPool_attribute attr)
+{
+    cuuint64_t v = 0;
+    OK(cuMemPoolGetAttribute(pool, attr, &v));
+    return v;
+}
+
+static void test_init_and_devices(void)
+{
+    int n = 0, v = 0;
+    char name[64];
+    size_t total;
+    EXPECT(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+    EXPECT(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuInit(0));
+    OK(cuDriverGetVersion(&v));
+    TRUE(v == 13000);
+    OK(cuDeviceGetCount(&n));
+    TRUE(n == 2);
+    OK(cuDeviceGetName(name, sizeof name, 1));
+    TRUE(strcmp(name, "Simulated CUDA Device") == 0);
+    OK(cuDeviceTotalMem(&total, 0));
+    TRUE(total == 64u << 20);
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0));
+    TRUE(v == 1);
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+    TRUE(v == 9);
+    EXPECT(cuDeviceGetName(name, sizeof name, 2), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuDeviceCanAccessPeer(&v, 0, 1));
+    TRUE(v == 1);
+}
+
+static void test_plain_memory(void)
+{
+    CUdeviceptr p, q;
+    size_t free0, free1, total, pitch;
+    unsigned char host[4096];
+    OK(cuMemGetInfo(&free0, &total));
+    EXPECT(cuMemAlloc(&p, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAlloc(NULL, 16), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAlloc(&p, (size_t)1 << 40), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemAlloc(&p, 4096));
+    TRUE(p % 256 == 0);
+    OK(cuMemGetInfo(&free1, &total));
+    TRUE(free0 - free1 == 4096);
+    OK(cuMemsetD8(p, 0xab, 4096));
+    OK(cuMemcpyDtoH(host, p, 4096));
+    TRUE(host[0] == 0xab && host[4095] == 0xab);
+    OK(cuMemsetD32(p + 8, 0x11223344, 2));
+    OK(cuMemcpyDtoH(host, p, 16));
+    TRUE(*(uint32_t *)(host + 8) == 0x11223344 && host[16 - 1] == 0x11 && host[7] == 0xab);
+    EXPECT(cuMemsetD8(p + 4000, 0, 97), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemsetD32(p + 2, 0, 1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemsetD8(p + 4000, 0, 0));
+    OK(cuMemsetD2D16(p, 64, 0x0102, 8, 4));
+    OK(cuMemcpyDtoH(host, p, 256));
+    TRUE(host[0] == 0x02 && host[1] == 0x01 && host[16] == 0xab && host[64] == 0x02);
+    for (int i = 0; i < 4096; i++) host[i] = (unsigned char)i;
+    OK(cuMemcpyHtoD(p, host, 4096));
+    OK(cuMemAlloc(&q, 4096));
+    OK(cuMemcpyDtoD(q, p, 4096));
+    memset(host, 0, sizeof host);
+    OK(cuMemcpy((CUdeviceptr)(uintptr_t)host, q, 4096));
+    TRUE(host[100] == 100 && host[4095] == 255);
+    CUdeviceptr base;
+    size_t size;
+    OK(cuMemGetAddressRange(&base, &size, q + 10));
+    TRUE(base == q && size == 4096);
+    EXPECT(cuMemFree(p + 1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(p));
+    EXPECT(cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(0));
+    OK(cuMemFree(q));
+    EXPECT(cuMemAllocPitch(&p, &pitch, 100, 4, 3), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAllocPitch(&p, &pitch, 100, 4, 4));
+    TRUE(pitch == 512);
+    CUipcMemHandle h;
+    OK(cuIpcGetMemHandle(&h, p));
+    OK(cuMemFree(p));
+    OK(cuMemGetInfo(&free1, &total));
+    TRUE(free1 == free0);
+}
+
+static void test_pools(void)
+{
+    CUmemoryPool pool, dflt, got;
+    CUstream s;
+    CUdeviceptr a, b, big;
+    size_t free0, free1, total;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuDeviceGetDefaultMemPool(&dflt, 0));
+    OK(cuMemGetInfo(&free0, &total));
+    EXPECT(cuMemAllocAsync(&a, 0, s), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAllocAsync(&a, 1000, s));
+    OK(cuMemAllocAsync(&b, 1000, s));
+    TRUE(pool_attr(dflt, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 2u << 20);
+    TRUE(pool_attr(dflt, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == 2000);
+    OK(cuMemGetInfo(&free1, &total));
+    TRUE(free0 - free1 == 2u << 20);
+    OK(cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, a + 5));
+    TRUE(got == dflt);
+    CUipcMemHandle h;
+    EXPECT(cuIpcGetMemHandle(&h, a), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemsetD8Async(a, 7, 1000, s));
+    OK(cuMemFreeAsync(a, s));
+    EXPECT(cuMemFreeAsync(a, s), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(b)); /* measured: cuMemFree accepts pool memory */
+    TRUE(pool_attr(dflt, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == 0);
+    TRUE(pool_attr(dflt, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 2u << 20);
+    OK(cuStreamSynchronize(s)); /* threshold 0: trims */
+    TRUE(pool_attr(dflt, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0);
+    TRUE(pool_attr(dflt, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) == 2u << 20);
+
+    CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+    OK(cuMemPoolCreate(&pool, &props));
+    cuuint64_t keep = UINT64_MAX;
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+    OK(cuMemAllocFromPoolAsync(&big, 40u << 20, pool, s));
+    OK(cuMemFreeAsync(big, s));
+    OK(cuStreamSynchronize(s));
+    TRUE(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 40u << 20);
+    /* The budget (64 MiB) is now mostly reserved by `pool`: the default pool
+     * cannot grow until the caller trims. */
+    EXPECT(cuMemAllocAsync(&a, 30u << 20, s), CUDA_ERROR_OUT_OF_MEMORY);
+    EXPECT(cuMemAlloc(&a, 30u << 20), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemPoolTrimTo(pool, 0));
+    OK(cuMemAllocAsync(&a, 30u << 20, s));
+    OK(cuMemFreeAsync(a, s));
+    cuuint64_t zero = 0;
+    EXPECT(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &zero), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
+    TRUE(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) == 0);
+    CUmemAccessDesc desc = { { CU_MEM_LOCATION_TYPE_DEVICE, 1 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    CUmemAccess_flags flags;
+    CUmemLocation loc = { CU_MEM_LOCATION_TYPE_DEVICE, 1 };
+    OK(cuMemPoolGetAccess(&flags, pool, &loc));
+    TRUE(flags == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    OK(cuMemPoolSetAccess(pool, &desc, 1));
+    OK(cuMemPoolGetAccess(&flags, pool, &loc));
+    TRUE(flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    OK(cuMemPoolDestroy(pool));
+    EXPECT(cuMemPoolDestroy(dflt), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamDestroy(s));
+}
+
+static void test_events(void)
+{
+    CUevent e;
+    CUstream s;
+    OK(cuStreamCreate(&s, 0));
+    OK(cuEventCreate(&e, 0));
+    OK(cuEventRecord(e, s));
+    EXPECT(cuEventQuery(e), CUDA_ERROR_NOT_READY); /* SIMCUDA_EVENT_DELAY=2 */
+    EXPECT(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+    OK(cuEventQuery(e));
+    OK(cuEventRecord(e, CU_STREAM_LEGACY));
+    EXPECT(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+    OK(cuCtxSynchronize());
+    OK(cuEventQuery(e));
+    OK(cuEventDestroy(e));
+    EXPECT(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuStreamDestroy(s));
+    EXPECT(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+}
+
+static void test_capture(void)
+{
+    CUstream s, blocking;
+    CUdeviceptr p;
+    CUgraph g;
+    CUgraphExec x;
+    CUstreamCaptureStatus st;
+    unsigned char host[64];
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&blocking, 0));
+    OK(cuMemAlloc(&p, 64));
+    OK(cuMemsetD8(p, 0, 64));
+
+    /* Global mode: cuMemAlloc is unsafe and invalidates the capture. */
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    OK(cuStreamIsCapturing(CU_STREAM_LEGACY, &st)); /* s is non-blocking */
+    EXPECT(cuMemAlloc(&p, 64), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    TRUE(g == NULL);
+
+    /* Relaxed thread: allocation allowed, memsets captured and replayed. */
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    OK(cuThreadExchangeStreamCaptureMode(&mode));
+    CUdeviceptr tmp;
+    OK(cuMemAlloc(&tmp, 64));
+    OK(cuMemFree(tmp));
+    OK(cuThreadExchangeStreamCaptureMode(&mode));
+    TRUE(mode == CU_STREAM_CAPTURE_MODE_RELAXED);
+    OK(cuMemsetD8Async(p, 5, 32, s));
+    OK(cuMemsetD8Async(p + 32, 6, 32, s));
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuMemcpyDtoH(host, p, 64));
+    TRUE(host[0] == 0 && host[63] == 0); /* captured, not run */
+    size_t n = 0;
+    OK(cuGraphGetNodes(g, NULL, &n));
+    TRUE(n == 2);
+    OK(cuGraphGetEdges(g, NULL, NULL, NULL, &n));
+    TRUE(n == 1);
+    OK(cuGraphInstantiate(&x, g, 0));
+    OK(cuGraphLaunch(x, s));
+    OK(cuMemcpyDtoH(host, p, 64));
+    TRUE(host[0] == 5 && host[63] == 6);
+    OK(cuGraphExecDestroy(x));
+    OK(cuGraphDestroy(g));
+
+    /* A blocking stream capturing makes legacy-stream work an implicit join. */
+    OK(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED));
+    EXPECT(cuStreamIsCapturing(CU_STREAM_LEGACY, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    OK(cuStreamIsCapturing(blocking, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    EXPECT(cuMemsetD8Async(p, 1, 1, CU_STREAM_LEGACY), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    OK(cuStreamIsCapturing(blocking, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT(cuStreamEndCapture(blocking, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT(cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+
+    /* Capturing into an existing graph after existing nodes. */
+    CUgraph mine, ended;
+    CUgraphNode roots[2];
+    OK(cuGraphCreate(&mine, 0));
+    OK(cuGraphAddEmptyNode(&roots[0], mine, NULL, 0));
+    OK(cuGraphAddEmptyNode(&roots[1], mine, NULL, 0));
+    OK(cuStreamBeginCaptureToGraph(s, mine, roots, NULL, 2, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    const CUgraphNode *deps;
+    size_t ndeps;
+    cuuint64_t id;
+    OK(cuStreamGetCaptureInfo(s, &st, &id, &ended, &deps, NULL, &ndeps));
+    TRUE(ended == mine && ndeps == 2 && deps[1] == roots[1]);
+    OK(cuMemsetD8Async(p, 9, 64, s));
+    OK(cuStreamEndCapture(s, &ended));
+    TRUE(ended == mine);
+    OK(cuGraphGetEdges(mine, NULL, NULL, NULL, &n));
+    TRUE(n == 2);
+    OK(cuGraphDestroy(mine));
+    OK(cuMemFree(p));
+    OK(cuStreamDestroy(s));
+    OK(cuStreamDestroy(blocking));
+}
+
+/* Another thread's view of a global-mode capture: unsafe calls fail in its
+ * default (global) mode and succeed once it switches to thread-local mode. */
+static void *other_thread(void *arg)
+{
+    CUdeviceptr p;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    OK(cuCtxSetCurrent((CUcontext)arg));
+    EXPECT(cuMemAlloc(&p, 64), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    OK(cuThreadExchangeStreamCaptureMode(&mode));
+    OK(cuMemAlloc(&p, 64));
+    OK(cuMemFree(p));
+    return NULL;
+}
+
+static void test_capture_threads(CUcontext ctx)
+{
+    CUstream s;
+    CUgraph g;
+    pthread_t t;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    TRUE(pthread_create(&t, NULL, other_thread, ctx) == 0);
+    pthread_join(t, NULL);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED); /* the first try invalidated it */
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CUdeviceptr p;
+    OK(cuThreadExchangeStreamCaptureMode(&(CUstreamCaptureMode){ CU_STREAM_CAPTURE_MODE_GLOBAL }));
+    EXPECT(cuMemAlloc(&p, 64), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); /* own capture, any non-relaxed mode */
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuStreamDestroy(s));
+}
+
+static void test_kernels(CUfunction *fill_out)
+{
+    CUmodule mod;
+    CUfunction fill, busy, unknown;
+    CUdeviceptr p;
+    uint32_t host[64];
+    OK(cuModuleLoadData(&mod, ptx));
+    OK(cuModuleGetFunction(&fill, mod, "cupool_fill_u32"));
+    OK(cuModuleGetFunction(&busy, mod, "sim_busy"));
+    OK(cuModuleGetFunction(&unknown, mod, "unknown_kernel"));
+    EXPECT(cuModuleGetFunction(&busy, mod, "nope"), CUDA_ERROR_NOT_FOUND);
+    OK(cuMemAlloc(&p, sizeof host));
+    OK(cuMemsetD32(p, 0, 64));
+    unsigned long long dst = p, pitch = 64, width = 4, height = 4;
+    unsigned value = 0xdeadbeef;
+    void *args[] = { &dst, &pitch, &width, &height, &value };
+    OK(cuLaunchKernel(fill, 1, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+    OK(cuMemcpyDtoH(host, p, sizeof host));
+    TRUE(host[0] == 0xdeadbeef && host[3] == 0xdeadbeef && host[4] == 0 && host[16] == 0xdeadbeef && host[63] == 0);
+    OK(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, NULL, NULL));
+    OK(cuLaunchKernel(busy, 1, 1, 1, 1024, 1, 1, 0, NULL, NULL, NULL));
+    EXPECT(cuLaunchKernel(fill, 1, 1, 1, 512, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE); /* .maxntid */
+    char blob[24] = { 0 };
+    void *uargs[] = { blob };
+    EXPECT(cuLaunchKernel(unknown, 1, 1, 1, 1, 1, 1, 0, NULL, uargs, NULL), CUDA_ERROR_NOT_SUPPORTED);
+    height = 5; /* row 4 lies outside the 256-byte allocation */
+    EXPECT(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_ILLEGAL_ADDRESS);
+    EXPECT(cuLaunchKernel(fill, 0, 1, 1, 1, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(p));
+    *fill_out = fill;
+}
+
+static void test_graphs(CUfunction fill)
+{
+    CUgraph g, clone;
+    CUgraphNode ms, kn, empty, found, from[4], to[4];
+    CUgraphExec x;
+    CUstream s;
+    CUdeviceptr plain, pooled;
+    uint32_t host[64];
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuMemAlloc(&plain, sizeof host));
+    OK(cuMemAllocAsync(&pooled, sizeof host, s));
+    OK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS mp = { .dst = plain, .value = 7, .elementSize = 4, .width = 64, .height = 1 };
+    CUDA_MEMSET_NODE_PARAMS zero = mp;
+    zero.width = 0;
+    EXPECT(cuGraphAddMemsetNode(&ms, g, NULL, 0, &zero, NULL), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEMSET_NODE_PARAMS onpool = mp;
+    onpool.dst = pooled;
+    bool bug = getenv("SIMCUDA_MEMSET_BUG") && strcmp(getenv("SIMCUDA_MEMSET_BUG"), "1") == 0;
+    CUgraphNode pn;
+    EXPECT(cuGraphAddMemsetNode(&pn, g, NULL, 0, &onpool, NULL), bug ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+    if (!bug) OK(cuGraphDestroyNode(pn));
+    OK(cuGraphAddMemsetNode(&ms, g, NULL, 0, &mp, NULL));
+    unsigned long long dst = plain, pitch = 16, width = 2, height = 4;
+    unsigned value = 9;
+    void *args[] = { &dst, &pitch, &width, &height, &value };
+    CUDA_KERNEL_NODE_PARAMS kp = { .func = fill, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+                                   .blockDimX = 32, .blockDimY = 1, .blockDimZ = 1, .kernelParams = args };
+    OK(cuGraphAddKernelNode(&kn, g, &ms, 1, &kp));
+    value = 1000; /* the node keeps its own copy */
+    CUgraphNodeParams gp = { .type = CU_GRAPH_NODE_TYPE_EMPTY };
+    OK(cuGraphAddNode(&empty, g, &kn, NULL, 1, &gp));
+    CUgraphNodeType type;
+    OK(cuGraphNodeGetType(kn, &type));
+    TRUE(type == CU_GRAPH_NODE_TYPE_KERNEL);
+    size_t n = 4;
+    OK(cuGraphGetEdges(g, from, to, NULL, &n));
+    TRUE(n == 2 && from[0] == ms && to[0] == kn && from[1] == kn && to[1] == empty);
+    OK(cuGraphInstantiate(&x, g, 0));
+    mp.value = 8; /* after instantiation: only the graph changes */
+    OK(cuGraphMemsetNodeSetParams(ms, &mp));
+    OK(cuGraphLaunch(x, s));
+    OK(cuMemcpyDtoH(host, plain, sizeof host));
+    TRUE(host[0] == 9 && host[1] == 9 && host[2] == 7 && host[4] == 9 && host[63] == 7);
+    CUDA_MEMSET_NODE_PARAMS back;
+    OK(cuGraphMemsetNodeGetParams(ms, &back));
+    TRUE(back.value == 8);
+    OK(cuGraphExecMemsetNodeSetParams(x, ms, &mp, NULL));
+    OK(cuGraphLaunch(x, s));
+    OK(cuMemcpyDtoH(host, plain, sizeof host));
+    TRUE(host[63] == 8);
+
+    OK(cuGraphClone(&clone, g));
+    OK(cuGraphNodeFindInClone(&found, ms, clone));
+    mp.value = 3;
+    OK(cuGraphMemsetNodeSetParams(found, &mp));
+    CUgraphExecUpdateResultInfo info;
+    OK(cuGraphExecUpdate(x, clone, &info));
+    TRUE(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    OK(cuGraphLaunch(x, s));
+    OK(cuMemcpyDtoH(host, plain, sizeof host));
+    TRUE(host[63] == 3);
+    OK(cuGraphAddEmptyNode(&empty, clone, NULL, 0));
+    EXPECT(cuGraphExecUpdate(x, clone, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    TRUE(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+
+    OK(cuMemFree(plain)); /* the exec graph now writes freed memory */
+    EXPECT(cuGraphLaunch(x, s), CUDA_ERROR_ILLEGAL_ADDRESS);
+    OK(cuGraphExecDestroy(x));
+    OK(cuGraphDestroy(clone));
+    OK(cuGraphDestroy(g));
+    OK(cuMemFreeAsync(pooled, s));
+    OK(cuStreamDestroy(s));
+}
+
+static void test_proc_address(void)
+{
+    void *fn;
+    CUdriverProcAddressQueryResult st;
+    OK(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, &st));
+    TRUE(fn == (void *)cuMemAlloc && st == CU_GET_PROC_ADDRESS_SUCCESS);
+    void *legacy;
+    OK(cuGetProcAddress("cuMemAlloc", &legacy, 2000, 0, &st));
+    TRUE(legacy && legacy != fn);
+    OK(cuGetProcAddress("cuCtxCreate", &fn, 13000, 0, &st));
+    TRUE(fn == (void *)cuCtxCreate_v4);
+    OK(cuGetProcAddress("cuGetProcAddress", &fn, 12000, 0, &st));
+    TRUE(fn == (void *)cuGetProcAddress_v2);
+    OK(cuGetProcAddress("cuGetProcAddress", &legacy, 11030, 0, &st));
+    TRUE(legacy && legacy != fn);
+    OK(cuGetProcAddress("cuGraphAddNode", &fn, 12030, 0, &st));
+    TRUE(fn == (void *)cuGraphAddNode_v2);
+    OK(cuGetProcAddress("cuGraphAddNode", &legacy, 12020, 0, &st));
+    TRUE(legacy != fn);
+    OK(cuGetProcAddress("cuStreamSynchronize", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    TRUE(fn != (void *)cuStreamSynchronize);
+    OK(cuGetProcAddress("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    TRUE(fn == (void *)cuMemAlloc);
+    EXPECT(cuGetProcAddress("cuNoSuchThing", &fn, 12000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    TRUE(fn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    EXPECT(cuGetProcAddress("cuMemAllocAsync", &fn, 11000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    TRUE(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+static void test_contexts(void)
+{
+    CUcontext ctx, other, cur;
+    CUdeviceptr p;
+    size_t free0, free1, total;
+    OK(cuCtxCreate(&ctx, NULL, 0, 1));
+    OK(cuCtxGetCurrent(&cur));
+    TRUE(cur == ctx);
+    CUdevice dev;
+    OK(cuCtxGetDevice(&dev));
+    TRUE(dev == 1);
+    OK(cuMemGetInfo(&free0, &total));
+    OK(cuMemAlloc(&p, 1 << 20));
+    OK(cuDevicePrimaryCtxRetain(&other, 0));
+    OK(cuCtxEnablePeerAccess(other, 0));
+    EXPECT(cuCtxEnablePeerAccess(other, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+    OK(cuCtxDisablePeerAccess(other));
+    EXPECT(cuCtxDisablePeerAccess(other), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+    OK(cuDevicePrimaryCtxRelease(0));
+    OK(cuCtxDestroy(ctx));
+    OK(cuCtxGetCurrent(&cur));
+    TRUE(cur != ctx);
+    EXPECT(cuCtxPushCurrent(ctx), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cuCtxCreate(&ctx, NULL, 0, 1));
+    OK(cuMemGetInfo(&free1, &total));
+    TRUE(free1 == free0); /* the destroyed context's memory is gone */
+    OK(cuCtxDestroy(ctx));
+}
+
+int main(void)
+{
+    CUcontext primary;
+    CUfunction fill;
+    setenv("SIMCUDA_EVENT_DELAY", "2", 1);
+    setenv("SIMCUDA_MEM", "64M", 1);
+    test_init_and_devices();
+    CUdeviceptr p;
+    EXPECT(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cuDevicePrimaryCtxRetain(&primary, 0));
+    OK(cuCtxSetCurrent(primary));
+    test_plain_memory();
+    test_pools();
+    test_events();
+    test_capture();
+    test_capture_threads(primary);
+    test_kernels(&fill);
+    test_graphs(fill);
+    test_proc_address();
+    test_contexts();
+    OK(cuCtxSetCurrent(primary));
+    OK(cuDevicePrimaryCtxRelease(0));
+    EXPECT(cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+    printf("selftest: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures, failures == 1 ? "" : "s");
+    return failures != 0;
+}

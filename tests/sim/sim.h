@@ -1,0 +1,308 @@
+/*
+ * Shared declarations of the simulated CUDA driver (tests/sim/libcuda.so.1).
+ * The simulator stands in for the real libcuda on machines without a GPU so that
+ * cupool's test suite can run: "device" memory is host memory, every operation
+ * executes synchronously when it is enqueued, and the driver's observable rules
+ * (error codes, pools, capture, graphs, cuGetProcAddress) are modelled closely
+ * enough for cupool to be exercised.  This header defines the concrete structs
+ * behind the opaque CUDA handles, the global state, the lock, the handle
+ * registry that lets every entry point reject bogus handles without
+ * dereferencing them, and the helpers the source files share.
+ */
+#ifndef CUPOOL_SIM_H
+#define CUPOOL_SIM_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+/* Makes cuda.h declare the legacy and per-thread-stream entry points too, so
+ * every symbol we export is checked against the header's prototype. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_API __attribute__((visibility("default")))
+#define SIM_MAX_DEVICES 8
+#define SIM_MAX_KERNEL_PARAMS 64
+#define SIM_POOL_GRANULE ((size_t)2 << 20) /* pools reserve in 2 MiB steps */
+#define SIM_ALLOC_ALIGN ((size_t)256)
+#define SIM_DRIVER_VERSION 13000
+
+/* ---- growable pointer array ------------------------------------------- */
+
+typedef struct {
+    void **items;
+    size_t len, cap;
+} sim_vec;
+
+bool sim_vec_push(sim_vec *v, void *item);
+bool sim_vec_remove(sim_vec *v, const void *item); /* keeps order */
+ptrdiff_t sim_vec_find(const sim_vec *v, const void *item);
+void sim_vec_free(sim_vec *v);
+
+/* ---- handle registry ---------------------------------------------------- */
+
+typedef enum {
+    SIM_KIND_NONE = 0,
+    SIM_KIND_CTX,
+    SIM_KIND_STREAM,
+    SIM_KIND_EVENT,
+    SIM_KIND_POOL,
+    SIM_KIND_MODULE,
+    SIM_KIND_FUNCTION,
+    SIM_KIND_GRAPH,
+    SIM_KIND_NODE,
+    SIM_KIND_EXEC,
+} sim_kind;
+
+void sim_handle_add(const void *handle, sim_kind kind);
+void sim_handle_remove(const void *handle);
+bool sim_handle_is(const void *handle, sim_kind kind);
+
+/* ---- objects behind the opaque handles ------------------------------------ */
+
+struct CUctx_st {
+    int device;
+    bool primary;
+    bool alive;
+    unsigned flags;
+    unsigned long long id;
+    bool peer_enabled[SIM_MAX_DEVICES];
+    sim_vec streams; /* every stream of the context, the implicit ones included */
+    sim_vec events;
+    sim_vec modules;
+    struct CUstream_st *legacy_stream; /* what CU_STREAM_LEGACY / NULL name */
+};
+
+typedef enum { SIM_STREAM_CREATED, SIM_STREAM_LEGACY, SIM_STREAM_PER_THREAD } sim_stream_kind;
+
+struct CUstream_st {
+    CUcontext ctx;
+    sim_stream_kind kind;
+    unsigned flags;
+    int priority;
+    pthread_t owner; /* per-thread default streams only */
+    unsigned long long id;
+    /* stream capture */
+    CUstreamCaptureStatus capture_status;
+    CUstreamCaptureMode capture_mode;
+    pthread_t capture_thread;
+    unsigned long long capture_id;
+    CUgraph capture_graph;
+    bool capture_owns_graph;  /* false for cuStreamBeginCaptureToGraph */
+    sim_vec capture_deps;     /* the next captured node depends on these */
+};
+
+struct CUevent_st {
+    CUcontext ctx;
+    unsigned flags;
+    bool recorded;
+    unsigned pending_queries; /* cuEventQuery answers NOT_READY this many times */
+    double time_ms;
+    CUstream stream;
+};
+
+typedef struct sim_chunk sim_chunk;
+
+struct CUmemPoolHandle_st {
+    int device;
+    bool is_default;
+    bool destroyed; /* cuMemPoolDestroy called; freed when its last block is */
+    CUmemPoolProps props;
+    cuuint64_t release_threshold;
+    int reuse[3];
+    size_t reserved, reserved_high, used, used_high;
+    sim_chunk *chunks;
+    CUmemAccess_flags access[SIM_MAX_DEVICES];
+};
+
+typedef CUresult (*sim_emulator)(void *const *params);
+
+struct CUfunc_st {
+    CUmodule module;
+    char *name;
+    unsigned nparams;
+    size_t param_size[SIM_MAX_KERNEL_PARAMS];
+    size_t param_offset[SIM_MAX_KERNEL_PARAMS];
+    size_t param_bytes;
+    unsigned max_threads; /* from .maxntid, else 1024 */
+    sim_emulator emulate; /* NULL: launching it is CUDA_ERROR_NOT_SUPPORTED */
+};
+
+struct CUmod_st {
+    CUcontext ctx;
+    sim_vec functions;
+};
+
+/* ---- graph node parameters (shared by graphs, exec graphs and capture) --- */
+
+typedef struct {
+    CUfunction func;
+    unsigned grid[3], block[3], shared_mem;
+    CUcontext ctx;
+    void **param_ptrs;         /* what GetParams hands back as kernelParams */
+    unsigned char *param_blob; /* owned copy of the argument values */
+} sim_kernel_params;
+
+typedef struct {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned value, element_size;
+    size_t width, height;
+    CUcontext ctx;
+} sim_memset_params;
+
+typedef struct {
+    uintptr_t dst, src;
+    size_t bytes;
+    bool dst_device, src_device; /* which side must lie inside an allocation */
+} sim_memcpy_params;
+
+typedef struct {
+    CUgraphNodeType type; /* KERNEL, MEMSET, MEMCPY or EMPTY */
+    union {
+        sim_kernel_params kernel;
+        sim_memset_params memset;
+        sim_memcpy_params memcpy;
+    } u;
+} sim_node_params;
+
+/* ---- allocations ------------------------------------------------------------ */
+
+typedef enum { SIM_ALLOC_PLAIN, SIM_ALLOC_POOL } sim_alloc_kind;
+
+typedef struct {
+    uintptr_t base;
+    size_t size;
+    CUcontext ctx;
+    int device;
+    sim_alloc_kind kind;
+    CUmemoryPool pool;
+    void *host_block; /* what to free() for plain allocations */
+    unsigned long long id;
+} sim_alloc;
+
+/* ---- global state --------------------------------------------------------- */
+
+typedef struct {
+    size_t budget;
+    size_t plain_bytes;   /* cuMemAlloc memory */
+    size_t pool_reserved; /* pool chunks */
+    struct CUctx_st *primary;
+    unsigned primary_refs;
+    unsigned primary_flags;
+    CUmemoryPool default_pool, current_pool;
+} sim_device;
+
+typedef struct {
+    bool initialized;
+    int device_count;
+    sim_device dev[SIM_MAX_DEVICES];
+    unsigned event_delay;
+    bool memset_bug;
+    bool no_pools;
+    unsigned long long next_id;
+    sim_vec pools;
+    sim_vec captures; /* streams with a capture sequence in progress */
+} sim_state;
+
+extern sim_state sim;
+
+/* One recursive lock around all state; cleanup attribute releases it on return. */
+int sim_lock_acquire(void);
+void sim_lock_release(int *unused);
+#define SIM_LOCKED int sim_guard_ __attribute__((cleanup(sim_lock_release), unused)) = sim_lock_acquire()
+/* Opening of every entry point that needs cuInit. */
+#define SIM_BEGIN \
+    SIM_LOCKED;   \
+    if (!sim.initialized) return CUDA_ERROR_NOT_INITIALIZED
+#define SIM_CHECK(expr)                          \
+    do {                                         \
+        CUresult sim_rc_ = (expr);               \
+        if (sim_rc_ != CUDA_SUCCESS) return sim_rc_; \
+    } while (0)
+
+unsigned long long sim_next_id(void);
+double sim_now_ms(void);
+
+/* ---- core (sim_core.c) ---------------------------------------------------- */
+CUresult sim_device_check(CUdevice dev);
+CUresult sim_ctx_check(CUcontext ctx);
+CUresult sim_current_ctx(CUcontext *out);
+void sim_ctx_sync_point(CUcontext ctx); /* completes events, trims pools */
+
+/* ---- streams, events, capture (sim_stream.c) ------------------------------ */
+/* Turns a CUstream argument into the stream object; ptds says whether NULL means
+ * the per-thread default stream (the _ptsz/_ptds entry points). */
+CUresult sim_stream_resolve(CUstream h, bool ptds, CUstream *out);
+bool sim_stream_is_blocking(CUstream s);
+void sim_stream_destroy_obj(CUstream s);
+void sim_event_destroy_obj(CUevent e);
+/* Called before work is enqueued on s: fails under the capture rules, or sets
+ * *capture when the work must become a node of the capture graph. */
+CUresult sim_capture_check_enqueue(CUstream s, bool *capture);
+/* Called by calls the driver treats as potentially unsafe during capture. */
+CUresult sim_capture_check_unsafe(void);
+void sim_capture_invalidate(CUstream s);
+/* Adds a node to s's capture graph after the previous one; owns *params. */
+CUresult sim_capture_append(CUstream s, sim_node_params *params);
+/* Runs an operation on a stream, or captures it when the stream captures. */
+CUresult sim_stream_submit(CUstream h, bool ptds, sim_node_params *params);
+
+/* ---- memory (sim_mem.c) ------------------------------------------------------ */
+sim_alloc *sim_alloc_find(uintptr_t addr); /* allocation containing addr */
+bool sim_range_is_device(uintptr_t addr, size_t bytes);
+sim_alloc *sim_alloc_register(uintptr_t base, size_t size, CUcontext ctx, int device, sim_alloc_kind kind,
+                              CUmemoryPool pool, void *host_block);
+void sim_alloc_unregister(sim_alloc *a);
+void sim_ctx_free_memory(CUcontext ctx);
+size_t sim_device_free_bytes(int device);
+CUresult sim_memset_validate(const sim_memset_params *p, bool graph_node);
+CUresult sim_memset_run(const sim_memset_params *p);
+CUresult sim_memcpy_run(const sim_memcpy_params *p);
+
+/* ---- pools (sim_pool.c) ---------------------------------------------------- */
+CUresult sim_pool_alloc(CUmemoryPool pool, size_t size, CUcontext ctx, CUdeviceptr *out);
+void sim_pool_release_block(sim_alloc *a); /* returns a pool block, unregisters it */
+void sim_pool_trim(CUmemoryPool pool, size_t keep);
+void sim_pools_trim_to_threshold(int device);
+
+/* ---- kernels (sim_kernel.c) ----------------------------------------------- */
+CUresult sim_kernel_params_init(sim_kernel_params *out, CUfunction f, CUcontext ctx, const unsigned grid[3],
+                                const unsigned block[3], unsigned shared_mem, void **kernel_params, void **extra);
+CUresult sim_kernel_params_copy(sim_kernel_params *dst, const sim_kernel_params *src);
+void sim_kernel_params_free(sim_kernel_params *p);
+CUresult sim_kernel_run(const sim_kernel_params *p);
+void sim_module_destroy_obj(CUmodule m);
+CUfunction sim_function_from_kernel(CUkernel k);
+
+/* ---- graphs (sim_graph.c, sim_graph_exec.c) ------------------------------- */
+CUresult sim_node_params_copy(sim_node_params *dst, const sim_node_params *src);
+void sim_node_params_free(sim_node_params *p);
+CUresult sim_node_params_run(const sim_node_params *p);
+CUresult sim_graph_new(CUgraph *out);
+void sim_graph_destroy_obj(CUgraph g);
+/* Adds a node taking ownership of *params (on failure they are freed). */
+CUresult sim_graph_add(CUgraph g, const CUgraphNode *deps, size_t ndeps, sim_node_params *params,
+                       CUgraphNode *out);
+
+/* Graph internals shared with sim_graph_exec.c. */
+struct CUgraph_st {
+    sim_vec nodes; /* in creation order */
+    unsigned long long id;
+};
+
+struct CUgraphNode_st {
+    CUgraph graph;
+    sim_node_params params;
+    sim_vec deps;       /* nodes this one waits for */
+    sim_vec dependents; /* nodes waiting for this one */
+    CUgraphNode cloned_from;
+};
+
+#endif /* CUPOOL_SIM_H */

@@ -1,0 +1,516 @@
+/*
+ * Memory pools, stream-ordered allocation, pointer attributes and legacy IPC of
+ * the simulated CUDA driver.  A pool reserves host "chunks" in 2 MiB steps
+ * (counted against the device budget, as the real driver's physical
+ * reservations are) and suballocates blocks from them first-fit.  Freed blocks
+ * stay reserved: chunks are returned only by cuMemPoolTrimTo or, at a
+ * synchronize point, down to the pool's release threshold.  A pool never trims
+ * itself to satisfy an allocation; it answers CUDA_ERROR_OUT_OF_MEMORY and the
+ * caller must trim and retry, which is what the real driver makes callers do.
+ */
+#include "sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    size_t offset, size;
+} sim_range;
+
+struct sim_chunk {
+    sim_chunk *next;
+    unsigned char *host;
+    size_t size;
+    sim_range *used; /* sorted by offset */
+    size_t nused, used_cap;
+};
+
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+/* ---- pool objects ---------------------------------------------------------- */
+
+static CUmemoryPool pool_new(int device, const CUmemPoolProps *props, bool is_default)
+{
+    CUmemoryPool pool = calloc(1, sizeof *pool);
+    if (!pool || !sim_vec_push(&sim.pools, pool)) {
+        free(pool);
+        return NULL;
+    }
+    pool->device = device;
+    pool->is_default = is_default;
+    pool->props = *props;
+    for (int i = 0; i < 3; i++) pool->reuse[i] = 1;
+    pool->access[device] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    sim_handle_add(pool, SIM_KIND_POOL);
+    return pool;
+}
+
+static CUmemoryPool default_pool(int device)
+{
+    sim_device *d = &sim.dev[device];
+    if (!d->default_pool) {
+        CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, device } };
+        d->default_pool = pool_new(device, &props, true);
+    }
+    return d->default_pool;
+}
+
+static CUmemoryPool current_pool(int device)
+{
+    return sim.dev[device].current_pool ? sim.dev[device].current_pool : default_pool(device);
+}
+
+static CUresult pool_check(CUmemoryPool pool)
+{
+    return (sim_handle_is(pool, SIM_KIND_POOL) && !pool->destroyed) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static void chunk_release(CUmemoryPool pool, sim_chunk **link)
+{
+    sim_chunk *c = *link;
+    *link = c->next;
+    pool->reserved -= c->size;
+    sim.dev[pool->device].pool_reserved -= c->size;
+    free(c->used);
+    free(c->host);
+    free(c);
+}
+
+void sim_pool_trim(CUmemoryPool pool, size_t keep)
+{
+    sim_chunk **link = &pool->chunks;
+    while (*link && pool->reserved > keep) {
+        if ((*link)->nused == 0)
+            chunk_release(pool, link);
+        else
+            link = &(*link)->next;
+    }
+}
+
+/* A destroyed pool lingers until its last block is freed. */
+static void pool_reap_if_done(CUmemoryPool pool)
+{
+    if (!pool->destroyed) return;
+    sim_pool_trim(pool, 0);
+    if (pool->chunks) return;
+    sim_vec_remove(&sim.pools, pool);
+    sim_handle_remove(pool);
+    free(pool);
+}
+
+void sim_pools_trim_to_threshold(int device)
+{
+    for (size_t i = 0; i < sim.pools.len; i++) {
+        CUmemoryPool pool = sim.pools.items[i];
+        if (pool->device == device && pool->reserved > pool->release_threshold)
+            sim_pool_trim(pool, pool->release_threshold);
+    }
+}
+
+/* ---- suballocation ------------------------------------------------------------ */
+
+/* First gap of at least `need` bytes in a chunk; sets *slot to where its range goes. */
+static bool chunk_find_gap(const sim_chunk *c, size_t need, size_t *offset, size_t *slot)
+{
+    size_t start = 0;
+    for (size_t i = 0; i <= c->nused; i++) {
+        size_t end = i < c->nused ? c->used[i].offset : c->size;
+        if (end - start >= need) {
+            *offset = start;
+            *slot = i;
+            return true;
+        }
+        if (i < c->nused) start = c->used[i].offset + round_up(c->used[i].size, SIM_ALLOC_ALIGN);
+    }
+    return false;
+}
+
+static bool chunk_insert(sim_chunk *c, size_t slot, size_t offset, size_t size)
+{
+    if (c->nused == c->used_cap) {
+        size_t cap = c->used_cap ? c->used_cap * 2 : 8;
+        sim_range *grown = realloc(c->used, cap * sizeof *grown);
+        if (!grown) return false;
+        c->used = grown;
+        c->used_cap = cap;
+    }
+    memmove(&c->used[slot + 1], &c->used[slot], (c->nused - slot) * sizeof *c->used);
+    c->used[slot] = (sim_range){ offset, size };
+    c->nused++;
+    return true;
+}
+
+static sim_chunk *chunk_reserve(CUmemoryPool pool, size_t need)
+{
+    size_t size = round_up(need, SIM_POOL_GRANULE);
+    if (size < need || size > sim_device_free_bytes(pool->device)) return NULL;
+    if (pool->props.maxSize && pool->reserved + size > pool->props.maxSize) return NULL;
+    sim_chunk *c = calloc(1, sizeof *c);
+    void *host = NULL;
+    if (!c || posix_memalign(&host, 4096, size) != 0) {
+        free(c);
+        return NULL;
+    }
+    c->host = host;
+    c->size = size;
+    c->next = pool->chunks;
+    pool->chunks = c;
+    pool->reserved += size;
+    sim.dev[pool->device].pool_reserved += size;
+    if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
+    return c;
+}
+
+CUresult sim_pool_alloc(CUmemoryPool pool, size_t size, CUcontext ctx, CUdeviceptr *out)
+{
+    size_t need = round_up(size, SIM_ALLOC_ALIGN), offset = 0, slot = 0;
+    if (need < size) return CUDA_ERROR_OUT_OF_MEMORY;
+    sim_chunk *c = pool->chunks;
+    while (c && !chunk_find_gap(c, need, &offset, &slot)) c = c->next;
+    if (!c) {
+        c = chunk_reserve(pool, need);
+        if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+        offset = slot = 0;
+    }
+    uintptr_t base = (uintptr_t)(c->host + offset);
+    if (!chunk_insert(c, slot, offset, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!sim_alloc_register(base, size, ctx, pool->device, SIM_ALLOC_POOL, pool, c)) {
+        memmove(&c->used[slot], &c->used[slot + 1], (--c->nused - slot) * sizeof *c->used);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pool->used += size;
+    if (pool->used > pool->used_high) pool->used_high = pool->used;
+    *out = (CUdeviceptr)base;
+    return CUDA_SUCCESS;
+}
+
+void sim_pool_release_block(sim_alloc *a)
+{
+    CUmemoryPool pool = a->pool;
+    sim_chunk *c = a->host_block;
+    size_t offset = a->base - (uintptr_t)c->host;
+    for (size_t i = 0; i < c->nused; i++) {
+        if (c->used[i].offset != offset) continue;
+        memmove(&c->used[i], &c->used[i + 1], (c->nused - i - 1) * sizeof *c->used);
+        c->nused--;
+        break;
+    }
+    pool->used -= a->size;
+    sim_alloc_unregister(a);
+    pool_reap_if_done(pool);
+}
+
+/* ---- pool API -------------------------------------------------------------------- */
+
+SIM_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
+{
+    SIM_BEGIN;
+    if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!out || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE && props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(sim_device_check(props->location.id));
+    *out = pool_new(props->location.id, props, false);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
+{
+    SIM_BEGIN;
+    SIM_CHECK(pool_check(pool));
+    if (pool->is_default) return CUDA_ERROR_INVALID_VALUE;
+    if (sim.dev[pool->device].current_pool == pool) sim.dev[pool->device].current_pool = NULL;
+    pool->destroyed = true;
+    pool_reap_if_done(pool);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    SIM_BEGIN;
+    SIM_CHECK(pool_check(pool));
+    sim_pool_trim(pool, keep);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    SIM_BEGIN;
+    SIM_CHECK(pool_check(pool));
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = *(int *)value != 0;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool->release_threshold = *(cuuint64_t *)value; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        if (*(cuuint64_t *)value != 0) return CUDA_ERROR_INVALID_VALUE;
+        pool->reserved_high = pool->reserved;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        if (*(cuuint64_t *)value != 0) return CUDA_ERROR_INVALID_VALUE;
+        pool->used_high = pool->used;
+        return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE; /* the CURRENT counters are read-only */
+    }
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    SIM_BEGIN;
+    SIM_CHECK(pool_check(pool));
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = pool->release_threshold; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = pool->reserved; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)value = pool->reserved_high; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = pool->used; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = pool->used_high; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static bool access_flags_valid(CUmemAccess_flags f)
+{
+    return f == CU_MEM_ACCESS_FLAGS_PROT_NONE || f == CU_MEM_ACCESS_FLAGS_PROT_READ ||
+           f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    SIM_BEGIN;
+    SIM_CHECK(pool_check(pool));
+    if (!map && count) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) { /* validate all before changing any */
+        const CUmemAccessDesc *d = &map[i];
+        if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !access_flags_valid(d->flags))
+            return CUDA_ERROR_INVALID_VALUE;
+        SIM_CHECK(sim_device_check(d->location.id));
+        if (d->location.id == pool->device && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE; /* the owning device keeps full access */
+    }
+    for (size_t i = 0; i < count; i++) pool->access[map[i].location.id] = map[i].flags;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *location)
+{
+    SIM_BEGIN;
+    SIM_CHECK(pool_check(pool));
+    if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(sim_device_check(location->id));
+    *flags = pool->access[location->id];
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev)
+{
+    SIM_BEGIN;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(sim_device_check(dev));
+    if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+    *out = default_pool(dev);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+SIM_API CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *out, CUdevice dev)
+{
+    SIM_BEGIN;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(sim_device_check(dev));
+    if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+    *out = current_pool(dev);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+SIM_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    SIM_BEGIN;
+    SIM_CHECK(sim_device_check(dev));
+    SIM_CHECK(pool_check(pool));
+    if (pool->device != dev) return CUDA_ERROR_INVALID_DEVICE;
+    sim.dev[dev].current_pool = pool;
+    return CUDA_SUCCESS;
+}
+
+/* ---- stream-ordered allocation ------------------------------------------------------ */
+
+/* Stream-ordered allocations are not modelled inside captures (the real driver
+ * makes mem-alloc/mem-free nodes): they fail and invalidate the capture. */
+static CUresult ordered_stream(CUstream h, bool ptds, CUstream *out)
+{
+    bool capture;
+    SIM_CHECK(sim_stream_resolve(h, ptds, out));
+    SIM_CHECK(sim_capture_check_enqueue(*out, &capture));
+    if (capture) {
+        sim_capture_invalidate(*out);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h, bool ptds)
+{
+    SIM_BEGIN;
+    CUstream s;
+    if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (pool) SIM_CHECK(pool_check(pool));
+    SIM_CHECK(ordered_stream(h, ptds, &s));
+    if (!pool) pool = current_pool(s->ctx->device);
+    if (!pool) return CUDA_ERROR_OUT_OF_MEMORY;
+    return sim_pool_alloc(pool, size, s->ctx, dptr);
+}
+
+SIM_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { return alloc_async(p, n, NULL, s, false); }
+SIM_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { return alloc_async(p, n, NULL, s, true); }
+
+SIM_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+    return pool ? alloc_async(p, n, pool, s, false) : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+    return pool ? alloc_async(p, n, pool, s, true) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
+{
+    SIM_BEGIN;
+    CUstream s;
+    SIM_CHECK(ordered_stream(h, ptds, &s));
+    if (dptr == 0) return CUDA_SUCCESS;
+    sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
+    if (!a || a->base != (uintptr_t)dptr || a->kind != SIM_ALLOC_POOL) return CUDA_ERROR_INVALID_VALUE;
+    sim_pool_release_block(a);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async(p, s, false); }
+SIM_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return free_async(p, s, true); }
+
+/* ---- pointer attributes -------------------------------------------------------------- */
+
+/* Writes one attribute of the allocation a contains (NULL: unknown pointer,
+ * answered with the null values cuPointerGetAttributes documents). */
+static CUresult write_attribute(void *data, CUpointer_attribute attr, const sim_alloc *a, CUdeviceptr ptr)
+{
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = a ? a->ctx : NULL; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned *)data = a ? CU_MEMORYTYPE_DEVICE : 0; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = a ? ptr : 0; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (a) return CUDA_ERROR_INVALID_VALUE; /* device memory has no host mapping */
+        *(void **)data = NULL;
+        break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = a ? a->id : 0; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = a ? a->device : -2; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(bool *)data = false; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(bool *)data = a != NULL; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(bool *)data = a && a->kind == SIM_ALLOC_PLAIN; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(CUdeviceptr *)data = a ? (CUdeviceptr)a->base : 0; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = a ? a->size : 0; break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *(unsigned long long *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned *)data = a ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(CUmemoryPool *)data = a ? a->pool : NULL; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+    SIM_BEGIN;
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
+    const sim_alloc *a = sim_alloc_find((uintptr_t)ptr);
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return write_attribute(data, attr, a, ptr);
+}
+
+SIM_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attrs, void **data,
+                                                CUdeviceptr ptr)
+{
+    SIM_BEGIN;
+    if (!attrs || !data || count == 0) return CUDA_ERROR_INVALID_VALUE;
+    const sim_alloc *a = sim_alloc_find((uintptr_t)ptr);
+    for (unsigned i = 0; i < count; i++) {
+        if (!data[i]) return CUDA_ERROR_INVALID_VALUE;
+        SIM_CHECK(write_attribute(data[i], attrs[i], a, ptr));
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ---- legacy IPC ------------------------------------------------------------------- */
+
+typedef struct {
+    char magic[8];
+    pid_t pid;
+    uintptr_t base;
+    size_t size;
+} sim_ipc_payload;
+
+static const char ipc_magic[8] = "SIMIPC1";
+
+SIM_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
+{
+    SIM_BEGIN;
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    const sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
+    /* Measured: pool memory cannot be exported through legacy IPC. */
+    if (!a || a->kind != SIM_ALLOC_PLAIN) return CUDA_ERROR_INVALID_VALUE;
+    sim_ipc_payload payload = { .pid = getpid(), .base = a->base, .size = a->size };
+    memcpy(payload.magic, ipc_magic, sizeof ipc_magic);
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, &payload, sizeof payload);
+    return CUDA_SUCCESS;
+}
+
+/* Only handles made by this same process can be opened: they name memory we have. */
+SIM_API CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+    SIM_BEGIN;
+    sim_ipc_payload payload;
+    CUcontext ctx;
+    if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(sim_current_ctx(&ctx));
+    memcpy(&payload, handle.reserved, sizeof payload);
+    if (memcmp(payload.magic, ipc_magic, sizeof ipc_magic) != 0 || payload.pid != getpid())
+        return CUDA_ERROR_INVALID_VALUE;
+    const sim_alloc *a = sim_alloc_find(payload.base);
+    if (!a || a->base != payload.base || a->kind != SIM_ALLOC_PLAIN) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = (CUdeviceptr)payload.base;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+    return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
+}
+
+SIM_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    SIM_BEGIN;
+    return sim_alloc_find((uintptr_t)dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
