@@ -1,0 +1,783 @@
+/*
+ * cupool-replay: measures one call log's allocation trace natively and under
+ * cupool's configurations.  The trace is every successful allocation of the
+ * log (cuMemAlloc, and cuMemAllocPitch replayed as a cuMemAlloc of its
+ * total size) and every successful free matched to one of them by pointer.
+ * Each thread of the log becomes one replay thread that makes its calls in
+ * the logged order on the logged device; a free made by another thread than
+ * the allocation waits until the allocation has been replayed, so every
+ * block lives as it did.  Gaps between calls are dropped by default
+ * (--gap-scale 0) or kept, scaled.
+ *
+ * Each configuration runs in its own child process, since cupool reads its
+ * options once per process: the tool re-executes itself with --child,
+ * without libcupool.so for "native" and with LD_PRELOAD=libcupool.so and
+ * CUPOOL_POLICY / CUPOOL_FREE for the others.  The child reports one line of
+ * numbers through a pipe; the parent prints the table.  The driver is
+ * opened with dlopen at run time, as a CUDA program would, so the tool
+ * builds from cuda.h alone.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "trace.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <uthash.h>
+
+#define PROG "cupool-replay"
+#define MAX_DEVICES 64
+#define MAX_REPEAT 1000
+
+#ifndef CUPOOL_LIBDIR
+#define CUPOOL_LIBDIR "/usr/local/lib"
+#endif
+
+extern char **environ;
+
+/* ---- configurations ----------------------------------------------------- */
+
+static const char *const all_configs[] = {
+    "native", "dedicated/ordered", "dedicated/deferred", "dedicated/sync", "dedicated/auto", "default/auto", "split/auto",
+};
+#define CONFIG_COUNT (sizeof all_configs / sizeof *all_configs)
+
+/* Accepts "policy/free" or "policy:free"; returns the canonical name or NULL. */
+static const char *canonical_config(const char *name)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", name);
+    char *colon = strchr(buf, ':');
+    if (colon) *colon = '/';
+    if (strcmp(buf, "off") == 0) snprintf(buf, sizeof buf, "native");
+    for (size_t i = 0; i < CONFIG_COUNT; i++)
+        if (strcmp(buf, all_configs[i]) == 0) return all_configs[i];
+    return NULL;
+}
+
+/* ---- the trace ------------------------------------------------------- */
+
+enum { OP_ALLOC, OP_FREE };
+
+typedef struct op {
+    uint64_t t;    /* logged start, ns from the first call */
+    uint64_t size;
+    uint32_t slot; /* the block: index into slots */
+    uint8_t kind;
+    int32_t dev;
+} op_t;
+
+typedef struct slot {
+    CUdeviceptr ptr;
+    atomic_int state; /* 0 not yet allocated, 1 allocated, 2 allocation failed, 3 freed */
+    int dev;
+} slot_t;
+
+typedef struct replay_thread {
+    int tid;
+    op_t *ops;
+    size_t nops, cap;
+    /* results */
+    uint64_t alloc_ns, free_ns, allocs, frees, failures;
+    pthread_t handle;
+} replay_thread_t;
+
+typedef struct live {
+    uint64_t ptr;
+    uint32_t slot;
+    UT_hash_handle hh;
+} live_t;
+
+static replay_thread_t *threads;
+static size_t nthreads;
+static slot_t *slots;
+static size_t nslots;
+static uint64_t trace_allocs, trace_frees;
+static int trace_devices; /* highest logged device + 1 */
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, PROG ": out of memory\n");
+        exit(1);
+    }
+    return q;
+}
+
+static replay_thread_t *thread_of(int tid)
+{
+    for (size_t i = 0; i < nthreads; i++)
+        if (threads[i].tid == tid) return &threads[i];
+    threads = xrealloc(threads, (nthreads + 1) * sizeof *threads);
+    memset(&threads[nthreads], 0, sizeof *threads);
+    threads[nthreads].tid = tid;
+    return &threads[nthreads++];
+}
+
+static void add_op(replay_thread_t *th, op_t op)
+{
+    if (th->nops == th->cap) {
+        th->cap = th->cap ? th->cap * 2 : 256;
+        th->ops = xrealloc(th->ops, th->cap * sizeof *th->ops);
+    }
+    th->ops[th->nops++] = op;
+}
+
+/* Reads the log and builds the per-thread operation lists; -1 on error. */
+static int load_trace(const char *path)
+{
+    trace_t t = {0};
+    if (trace_read(&t, path, PROG) != 0) return -1;
+    trace_sort(&t);
+    live_t *live = NULL, *l, *tmp;
+    size_t cap_slots = 0;
+    uint64_t t0 = t.count ? t.records[0].t : 0;
+    for (size_t i = 0; i < t.count; i++) {
+        const trace_record_t *r = &t.records[i];
+        if (!r->ok || (r->kind != TRACE_ALLOC && r->kind != TRACE_FREE) || !r->ptr) continue;
+        uint64_t ptr = r->ptr;
+        HASH_FIND(hh, live, &ptr, sizeof ptr, l);
+        if (r->kind == TRACE_ALLOC) {
+            if (!r->size) continue;
+            if (l) { /* the free of the earlier block was not logged: it lives on */
+                HASH_DEL(live, l);
+                free(l);
+            }
+            if (nslots == cap_slots) {
+                cap_slots = cap_slots ? cap_slots * 2 : 1024;
+                slots = xrealloc(slots, cap_slots * sizeof *slots);
+            }
+            int dev = r->dev < 0 ? 0 : r->dev;
+            if (dev >= MAX_DEVICES) dev %= MAX_DEVICES;
+            if (dev + 1 > trace_devices) trace_devices = dev + 1;
+            slots[nslots].ptr = 0;
+            atomic_init(&slots[nslots].state, 0);
+            slots[nslots].dev = dev;
+            l = xrealloc(NULL, sizeof *l);
+            l->ptr = ptr;
+            l->slot = (uint32_t)nslots;
+            HASH_ADD(hh, live, ptr, sizeof l->ptr, l);
+            add_op(thread_of(r->tid), (op_t){r->t - t0, r->size, (uint32_t)nslots, OP_ALLOC, dev});
+            nslots++;
+            trace_allocs++;
+        } else if (l) {
+            add_op(thread_of(r->tid), (op_t){r->t - t0, 0, l->slot, OP_FREE, slots[l->slot].dev});
+            HASH_DEL(live, l);
+            free(l);
+            trace_frees++;
+        }
+    }
+    HASH_ITER(hh, live, l, tmp)
+    {
+        HASH_DEL(live, l);
+        free(l);
+    }
+    trace_free(&t);
+    return 0;
+}
+
+/* ---- the driver -------------------------------------------------------- */
+
+#define DRIVER_FUNCTIONS(X)                                                                                 \
+    X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)             \
+    X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetInfo_v2) X(cuGetErrorName)
+
+#define DRIVER_POINTER(name) static __typeof__(name) *drv_##name;
+DRIVER_FUNCTIONS(DRIVER_POINTER)
+#undef DRIVER_POINTER
+
+static int device_count;
+static CUcontext contexts[MAX_DEVICES];
+static size_t baseline_used[MAX_DEVICES];
+static atomic_ullong peak_used[MAX_DEVICES];
+static int sample_memory = 1;
+static double gap_scale = 0;
+static uint64_t replay_start_ns;
+
+static const char *result_name(CUresult r)
+{
+    const char *name = NULL;
+    if (drv_cuGetErrorName && drv_cuGetErrorName(r, &name) == CUDA_SUCCESS && name) return name;
+    return "an unknown CUresult";
+}
+
+static int load_driver(void)
+{
+    /* Through dlsym, which cupool (when preloaded) answers with its shims. */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!driver) {
+        fprintf(stderr, PROG ": cannot load the CUDA driver: %s\n", dlerror());
+        return -1;
+    }
+#define DRIVER_LOAD(name)                                                                                    \
+    if (!(drv_##name = (__typeof__(name) *)dlsym(driver, #name))) {                                          \
+        fprintf(stderr, PROG ": the CUDA driver lacks %s\n", #name);                                         \
+        return -1;                                                                                           \
+    }
+    DRIVER_FUNCTIONS(DRIVER_LOAD)
+#undef DRIVER_LOAD
+    CUresult r;
+    if ((r = drv_cuInit(0)) != CUDA_SUCCESS || (r = drv_cuDeviceGetCount(&device_count)) != CUDA_SUCCESS) {
+        fprintf(stderr, PROG ": cannot start the CUDA driver: %s\n", result_name(r));
+        return -1;
+    }
+    if (device_count < 1) {
+        fprintf(stderr, PROG ": no CUDA device\n");
+        return -1;
+    }
+    if (device_count > MAX_DEVICES) device_count = MAX_DEVICES;
+    return 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The replay device of a logged device: logs from bigger machines wrap. */
+static int replay_device(int dev)
+{
+    return dev % device_count;
+}
+
+static int use_device(int dev)
+{
+    if (!contexts[dev]) {
+        CUdevice d;
+        CUresult r = drv_cuDeviceGet(&d, dev);
+        if (r == CUDA_SUCCESS) r = drv_cuDevicePrimaryCtxRetain(&contexts[dev], d);
+        if (r != CUDA_SUCCESS) {
+            fprintf(stderr, PROG ": cannot use device %d: %s\n", dev, result_name(r));
+            return -1;
+        }
+    }
+    CUresult r = drv_cuCtxSetCurrent(contexts[dev]);
+    if (r != CUDA_SUCCESS) fprintf(stderr, PROG ": cannot make device %d current: %s\n", dev, result_name(r));
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+/* Device memory in use by everything on the current device, as
+ * cuMemGetInfo sees it (under cupool: without pool memory held unused). */
+static size_t used_now(void)
+{
+    size_t free_bytes = 0, total = 0;
+    if (drv_cuMemGetInfo_v2(&free_bytes, &total) != CUDA_SUCCESS || free_bytes > total) return 0;
+    return total - free_bytes;
+}
+
+static void raise_peak(atomic_ullong *peak, unsigned long long value)
+{
+    unsigned long long old = atomic_load_explicit(peak, memory_order_relaxed);
+    while (value > old && !atomic_compare_exchange_weak(peak, &old, value)) {
+    }
+}
+
+static void *run_thread(void *arg)
+{
+    replay_thread_t *th = arg;
+    int current = -1;
+    for (size_t i = 0; i < th->nops; i++) {
+        const op_t *op = &th->ops[i];
+        slot_t *s = &slots[op->slot];
+        if (gap_scale > 0) {
+            uint64_t due = replay_start_ns + (uint64_t)((double)op->t * gap_scale);
+            struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+            }
+        }
+        int dev = replay_device(op->dev);
+        if (op->kind == OP_ALLOC) {
+            if (dev != current) {
+                if (use_device(dev) != 0) {
+                    atomic_store_explicit(&s->state, 2, memory_order_release);
+                    th->failures++;
+                    continue;
+                }
+                current = dev;
+            }
+            CUdeviceptr p = 0;
+            uint64_t start = now_ns();
+            CUresult r = drv_cuMemAlloc_v2(&p, (size_t)op->size);
+            th->alloc_ns += now_ns() - start;
+            th->allocs++;
+            if (r != CUDA_SUCCESS) {
+                th->failures++;
+                atomic_store_explicit(&s->state, 2, memory_order_release);
+                continue;
+            }
+            s->ptr = p;
+            atomic_store_explicit(&s->state, 1, memory_order_release);
+            if (sample_memory) {
+                size_t used = used_now();
+                raise_peak(&peak_used[dev], used > baseline_used[dev] ? used - baseline_used[dev] : 0);
+            }
+        } else {
+            int state;
+            /* A block of another thread: wait for its allocation. */
+            for (unsigned spin = 0; (state = atomic_load_explicit(&s->state, memory_order_acquire)) == 0; spin++)
+                if (spin > 64) sched_yield();
+            if (state != 1) continue;
+            uint64_t start = now_ns();
+            CUresult r = drv_cuMemFree_v2(s->ptr);
+            th->free_ns += now_ns() - start;
+            th->frees++;
+            if (r != CUDA_SUCCESS) th->failures++;
+            atomic_store_explicit(&s->state, 3, memory_order_relaxed);
+        }
+    }
+    return NULL;
+}
+
+typedef struct result {
+    double wall_ns, alloc_ns, free_ns; /* alloc_ns, free_ns: mean per call */
+    uint64_t allocs, frees, failures, peak_used, peak_reserved;
+    int has_reserved;
+    int ok;
+} result_t;
+
+/* cupool's statistics, when it is loaded (include/cupool.h's layout). */
+typedef struct stats_view {
+    uint64_t pooled_allocs, native_allocs, pooled_frees, in_use, peak_in_use, peak_reserved, trims, oom_retries,
+        rewritten_memsets;
+} stats_view_t;
+
+static int run_child(const char *config, const char *path)
+{
+    int pooled = strcmp(config, "native") != 0;
+    int (*get_stats)(int, stats_view_t *) = (int (*)(int, stats_view_t *))dlsym(RTLD_DEFAULT, "cupool_get_stats");
+    if (pooled && !get_stats) {
+        fprintf(stderr, PROG ": %s: libcupool.so is not loaded in the replay\n", config);
+        return 3;
+    }
+    if (!pooled && get_stats) {
+        fprintf(stderr, PROG ": native: libcupool.so is loaded although it should not be\n");
+        return 3;
+    }
+    if (load_trace(path) != 0 || load_driver() != 0) return 1;
+    for (int d = 0; d < device_count && d < trace_devices; d++) {
+        if (use_device(d) != 0) return 1;
+        baseline_used[d] = used_now();
+    }
+    replay_start_ns = now_ns();
+    for (size_t i = 0; i < nthreads; i++)
+        if (pthread_create(&threads[i].handle, NULL, run_thread, &threads[i]) != 0) {
+            fprintf(stderr, PROG ": cannot start a replay thread\n");
+            return 1;
+        }
+    for (size_t i = 0; i < nthreads; i++) pthread_join(threads[i].handle, NULL);
+    for (int d = 0; d < device_count && d < trace_devices; d++)
+        if (contexts[d] && drv_cuCtxSetCurrent(contexts[d]) == CUDA_SUCCESS) drv_cuCtxSynchronize();
+    uint64_t wall = now_ns() - replay_start_ns;
+
+    result_t res = {0};
+    for (size_t i = 0; i < nthreads; i++) {
+        res.allocs += threads[i].allocs;
+        res.frees += threads[i].frees;
+        res.failures += threads[i].failures;
+        res.alloc_ns += (double)threads[i].alloc_ns;
+        res.free_ns += (double)threads[i].free_ns;
+    }
+    for (int d = 0; d < MAX_DEVICES; d++) res.peak_used += atomic_load(&peak_used[d]);
+    if (get_stats)
+        for (int d = 0; d < device_count; d++) {
+            stats_view_t s;
+            if (get_stats(d, &s) == 0) res.peak_reserved += s.peak_reserved;
+        }
+    /* Blocks the log never freed are freed now, outside the measurement. */
+    for (size_t i = 0; i < nslots; i++)
+        if (atomic_load(&slots[i].state) == 1) {
+            use_device(replay_device(slots[i].dev));
+            drv_cuMemFree_v2(slots[i].ptr);
+        }
+    printf("result %llu %.0f %llu %.0f %llu %llu %llu %llu\n", (unsigned long long)wall, res.alloc_ns,
+           (unsigned long long)res.allocs, res.free_ns, (unsigned long long)res.frees,
+           (unsigned long long)res.failures, (unsigned long long)res.peak_used, (unsigned long long)res.peak_reserved);
+    fflush(stdout);
+    /* CUPOOL_STATS=1 (set so that cupool tracks peak_reserved) would print
+     * its summary at exit: the replay's numbers are already out. */
+    int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, STDERR_FILENO);
+    return 0;
+}
+
+/* ---- the parent: one child per configuration and run -------------------- */
+
+static const char *library_path(const char *option)
+{
+    if (option) return option;
+    const char *env = getenv("CUPOOL_LIBRARY");
+    return env && *env ? env : CUPOOL_LIBDIR "/libcupool.so";
+}
+
+/* The environment of a child: the caller's, without cupool's own settings
+ * that the configuration decides, and with libcupool.so preloaded or not. */
+static char **child_environment(const char *config, const char *library)
+{
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = xrealloc(NULL, (n + 8) * sizeof *env);
+    size_t o = 0;
+    static char preload[8192], policy[64], freemode[64];
+    const char *old_preload = "";
+    for (size_t i = 0; i < n; i++) {
+        const char *e = environ[i];
+        if (strncmp(e, "LD_PRELOAD=", 11) == 0) {
+            old_preload = e + 11;
+            continue;
+        }
+        if (strncmp(e, "CUPOOL_POLICY=", 14) == 0 || strncmp(e, "CUPOOL_FREE=", 12) == 0 ||
+            strncmp(e, "CUPOOL_LOG=", 11) == 0 || strncmp(e, "CUPOOL_STATS=", 13) == 0)
+            continue;
+        env[o++] = (char *)e;
+    }
+    /* Keep other preloads, but no cupool of any path. */
+    char rest[4096] = "";
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", old_preload);
+    for (char *save = NULL, *tok = strtok_r(copy, ": ", &save); tok; tok = strtok_r(NULL, ": ", &save)) {
+        if (strstr(tok, "libcupool")) continue;
+        if (strlen(rest) + strlen(tok) + 2 < sizeof rest) {
+            if (rest[0]) strcat(rest, ":");
+            strcat(rest, tok);
+        }
+    }
+    if (strcmp(config, "native") == 0) {
+        if (rest[0]) {
+            snprintf(preload, sizeof preload, "LD_PRELOAD=%s", rest);
+            env[o++] = preload;
+        }
+    } else {
+        snprintf(preload, sizeof preload, "LD_PRELOAD=%s%s%s", library, rest[0] ? ":" : "", rest);
+        env[o++] = preload;
+        const char *slash = strchr(config, '/');
+        snprintf(policy, sizeof policy, "CUPOOL_POLICY=%.*s", (int)(slash - config), config);
+        snprintf(freemode, sizeof freemode, "CUPOOL_FREE=%s", slash + 1);
+        env[o++] = policy;
+        env[o++] = freemode;
+        env[o++] = "CUPOOL_STATS=1"; /* makes cupool track peak_reserved */
+    }
+    env[o] = NULL;
+    return env;
+}
+
+static int run_config(const char *config, const char *library, const char *path, char **child_args, result_t *res)
+{
+    int fds[2];
+    if (pipe(fds) != 0) return perror("pipe"), -1;
+    pid_t pid = fork();
+    if (pid < 0) return perror("fork"), -1;
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[1]);
+        char **env = child_environment(config, library);
+        char *args[16];
+        int a = 0;
+        args[a++] = (char *)PROG;
+        args[a++] = (char *)"--child";
+        args[a++] = (char *)config;
+        for (int i = 0; child_args[i]; i++) args[a++] = child_args[i];
+        args[a++] = (char *)path;
+        args[a] = NULL;
+        execve("/proc/self/exe", args, env);
+        fprintf(stderr, PROG ": cannot run /proc/self/exe: %s\n", strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[512] = "";
+    FILE *in = fdopen(fds[0], "r");
+    int got = 0;
+    while (in && fgets(line, sizeof line, in)) {
+        unsigned long long wall, allocs, frees, failures, used, reserved;
+        double alloc_total, free_total;
+        if (sscanf(line, "result %llu %lf %llu %lf %llu %llu %llu %llu", &wall, &alloc_total, &allocs, &free_total,
+                   &frees, &failures, &used, &reserved) == 8) {
+            res->wall_ns = (double)wall;
+            res->allocs = allocs;
+            res->frees = frees;
+            res->failures = failures;
+            res->alloc_ns = allocs ? alloc_total / (double)allocs : 0;
+            res->free_ns = frees ? free_total / (double)frees : 0;
+            res->peak_used = used;
+            res->peak_reserved = reserved;
+            res->has_reserved = strcmp(config, "native") != 0;
+            got = 1;
+        } else {
+            fputs(line, stdout); /* the program's own output, if any */
+        }
+    }
+    if (in) fclose(in);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (WIFSIGNALED(status)) fprintf(stderr, PROG ": %s: replay killed by signal %d\n", config, WTERMSIG(status));
+        else fprintf(stderr, PROG ": %s: replay failed (exit status %d)\n", config, WEXITSTATUS(status));
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static const char *short_bytes(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "K", "M", "G", "T"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    snprintf(buf, len, u ? "%.1f%s" : "%.0f%s", bytes, units[u]);
+    return buf;
+}
+
+static void ratio(char *buf, size_t len, double value, double base, int have)
+{
+    if (!have || base <= 0) snprintf(buf, len, "-");
+    else snprintf(buf, len, "%.2f", value / base);
+}
+
+static void json_ratio(double value, double base, int have)
+{
+    if (!have || base <= 0) printf("null");
+    else printf("%.4f", value / base);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " PROG " [OPTIONS] LOG\n"
+            "Replays the allocation trace of a cupool call log (CUPOOL_LOG=path) natively and under\n"
+            "cupool's configurations, each in its own process, and compares them.\n"
+            "  -n N              runs per configuration; the table shows medians (default 1)\n"
+            "  --configs LIST    comma-separated configurations (default all):\n"
+            "                    native, dedicated/ordered, dedicated/deferred, dedicated/sync,\n"
+            "                    dedicated/auto, default/auto, split/auto (policy:free also accepted)\n"
+            "  --gap-scale F     keep the logged gaps between calls, times F (default 0: no gaps)\n"
+            "  --no-sample       do not call cuMemGetInfo after each allocation (no peak used)\n"
+            "  --library PATH    libcupool.so to preload (default $CUPOOL_LIBRARY, else\n"
+            "                    " CUPOOL_LIBDIR "/libcupool.so)\n"
+            "  --json            machine-readable output\n"
+            "  -h, --help        this help\n"
+            "Other CUPOOL_* variables of the environment (CUPOOL_MAX_SIZE, CUPOOL_LIMIT...) apply to the\n"
+            "cupool configurations; CUPOOL_LOG is not passed on.\n"
+            "Columns: wall ms = time from the first call to the last thread's end (medians; it\n"
+            "includes the cuMemGetInfo sampling: compare wall times with --no-sample);\n"
+            "alloc ns, free ns = mean time in one cuMemAlloc / cuMemFree; ns/pair = their sum;\n"
+            "peak used = highest (total - free) of cuMemGetInfo after an allocation, less the level\n"
+            "before the replay, summed over devices (cupool counts pool memory held unused as free,\n"
+            "so this is the memory the blocks occupy); peak reserved = the most cupool's pools held\n"
+            "(cupool_get_stats, summed over devices), which is cupool's real footprint;\n"
+            "x native = ratio to the native run.\n");
+}
+
+int main(int argc, char **argv)
+{
+    int repeat = 1, json = 0;
+    const char *configs_arg = NULL, *library_arg = NULL, *path = NULL, *child = NULL;
+    char *child_args[8];
+    int nchild_args = 0;
+    static char gap_buf[64];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (strcmp(a, "-n") == 0 && more) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > MAX_REPEAT) {
+                fprintf(stderr, PROG ": -n wants a number from 1 to %d\n", MAX_REPEAT);
+                return 2;
+            }
+            repeat = (int)n;
+        } else if (strcmp(a, "--configs") == 0 && more) configs_arg = argv[++i];
+        else if (strcmp(a, "--library") == 0 && more) library_arg = argv[++i];
+        else if (strcmp(a, "--gap-scale") == 0 && more) {
+            char *end;
+            gap_scale = strtod(argv[++i], &end);
+            if (*end || !(gap_scale >= 0) || gap_scale > 1e6) {
+                fprintf(stderr, PROG ": --gap-scale wants a number >= 0\n");
+                return 2;
+            }
+            snprintf(gap_buf, sizeof gap_buf, "%.17g", gap_scale);
+            child_args[nchild_args++] = "--gap-scale";
+            child_args[nchild_args++] = gap_buf;
+        } else if (strcmp(a, "--no-sample") == 0) {
+            sample_memory = 0;
+            child_args[nchild_args++] = "--no-sample";
+        } else if (strcmp(a, "--json") == 0) json = 1;
+        else if (strcmp(a, "--child") == 0 && more) child = argv[++i];
+        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(stdout), 0;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, PROG ": unknown option or missing value: %s\n", a);
+            return usage(stderr), 2;
+        } else if (!path) path = a;
+        else {
+            fprintf(stderr, PROG ": one log at a time\n");
+            return 2;
+        }
+    }
+    child_args[nchild_args] = NULL;
+    if (!path) return usage(stderr), 2;
+    if (child) {
+        const char *config = canonical_config(child);
+        if (!config) return 2;
+        return run_child(config, path);
+    }
+
+    const char *chosen[CONFIG_COUNT];
+    size_t nchosen = 0;
+    if (!configs_arg || strcmp(configs_arg, "all") == 0) {
+        for (size_t i = 0; i < CONFIG_COUNT; i++) chosen[nchosen++] = all_configs[i];
+    } else {
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%s", configs_arg);
+        for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            const char *c = canonical_config(tok);
+            if (!c) {
+                fprintf(stderr, PROG ": unknown configuration %s (see --help)\n", tok);
+                return 2;
+            }
+            int dup = 0;
+            for (size_t k = 0; k < nchosen; k++) dup |= chosen[k] == c;
+            if (!dup) chosen[nchosen++] = c;
+        }
+    }
+    const char *library = library_path(library_arg);
+    int need_library = 0;
+    for (size_t i = 0; i < nchosen; i++) need_library |= strcmp(chosen[i], "native") != 0;
+    if (need_library && access(library, R_OK) != 0) {
+        fprintf(stderr, PROG ": cannot read %s (set CUPOOL_LIBRARY or use --library)\n", library);
+        return 1;
+    }
+    if (load_trace(path) != 0) return 1;
+    if (!trace_allocs) {
+        fprintf(stderr, PROG ": %s holds no successful allocation to replay\n", path);
+        return 1;
+    }
+
+    result_t results[CONFIG_COUNT];
+    int failed = 0;
+    for (size_t c = 0; c < nchosen; c++) {
+        double walls[MAX_REPEAT], allocs_ns[MAX_REPEAT], frees_ns[MAX_REPEAT];
+        result_t *res = &results[c];
+        memset(res, 0, sizeof *res);
+        int ok = 1;
+        for (int k = 0; k < repeat && ok; k++) {
+            result_t one;
+            memset(&one, 0, sizeof one);
+            if (run_config(chosen[c], library, path, child_args, &one) != 0) {
+                ok = 0;
+                break;
+            }
+            walls[k] = one.wall_ns;
+            allocs_ns[k] = one.alloc_ns;
+            frees_ns[k] = one.free_ns;
+            if (one.peak_used > res->peak_used) res->peak_used = one.peak_used;
+            if (one.peak_reserved > res->peak_reserved) res->peak_reserved = one.peak_reserved;
+            res->allocs = one.allocs;
+            res->frees = one.frees;
+            if (one.failures > res->failures) res->failures = one.failures;
+            res->has_reserved = one.has_reserved;
+        }
+        res->ok = ok;
+        failed |= !ok;
+        if (ok) {
+            res->wall_ns = median(walls, repeat);
+            res->alloc_ns = median(allocs_ns, repeat);
+            res->free_ns = median(frees_ns, repeat);
+        }
+    }
+
+    const result_t *native = NULL;
+    for (size_t c = 0; c < nchosen; c++)
+        if (strcmp(chosen[c], "native") == 0 && results[c].ok) native = &results[c];
+    if (json) {
+        printf("{\"log\":\"");
+        for (const char *p = path; *p; p++)
+            if (*p == '"' || *p == '\\') printf("\\%c", *p);
+            else if ((unsigned char)*p < 0x20) printf("\\u%04x", *p);
+            else putchar(*p);
+        printf("\",\"allocations\":%llu,\"frees\":%llu,\"threads\":%zu,\"devices\":%d,\"repeat\":%d,"
+               "\"gap_scale\":%g,\"configs\":[",
+               (unsigned long long)trace_allocs, (unsigned long long)trace_frees, nthreads, trace_devices, repeat,
+               gap_scale);
+        for (size_t c = 0; c < nchosen; c++) {
+            const result_t *r = &results[c];
+            printf("%s\n{\"config\":\"%s\",\"ok\":%s", c ? "," : "", chosen[c], r->ok ? "true" : "false");
+            if (r->ok) {
+                printf(",\"wall_ns\":%.0f,\"alloc_ns\":%.1f,\"free_ns\":%.1f,\"pair_ns\":%.1f,\"allocs\":%llu,"
+                       "\"frees\":%llu,\"failures\":%llu,\"peak_used\":",
+                       r->wall_ns, r->alloc_ns, r->free_ns, r->alloc_ns + r->free_ns, (unsigned long long)r->allocs,
+                       (unsigned long long)r->frees, (unsigned long long)r->failures);
+                if (sample_memory) printf("%llu", (unsigned long long)r->peak_used);
+                else printf("null");
+                printf(",\"peak_reserved\":");
+                if (r->has_reserved) printf("%llu", (unsigned long long)r->peak_reserved);
+                else printf("null");
+                printf(",\"wall_x_native\":");
+                json_ratio(r->wall_ns, native ? native->wall_ns : 0, native != NULL);
+                printf(",\"pair_x_native\":");
+                json_ratio(r->alloc_ns + r->free_ns, native ? native->alloc_ns + native->free_ns : 0, native != NULL);
+                printf(",\"used_x_native\":");
+                json_ratio((double)r->peak_used, native ? (double)native->peak_used : 0, native && sample_memory);
+            }
+            printf("}");
+        }
+        printf("]}\n");
+        return failed;
+    }
+
+    printf(PROG ": %s: %llu allocations, %llu frees, %zu thread%s, %d device%s; gaps x%g; %s of %d run%s\n", path,
+           (unsigned long long)trace_allocs, (unsigned long long)trace_frees, nthreads, nthreads == 1 ? "" : "s",
+           trace_devices, trace_devices == 1 ? "" : "s", gap_scale, repeat > 1 ? "median" : "result", repeat,
+           repeat == 1 ? "" : "s");
+    printf("%-20s %10s %9s %9s %9s %10s %10s %8s %8s %8s %5s\n", "configuration", "wall ms", "alloc ns", "free ns",
+           "ns/pair", "peak used", "peak res", "wall x", "pair x", "used x", "fail");
+    for (size_t c = 0; c < nchosen; c++) {
+        const result_t *r = &results[c];
+        if (!r->ok) {
+            printf("%-20s %10s\n", chosen[c], "failed");
+            continue;
+        }
+        char used[32], reserved[32], w[16], p[16], u[16];
+        if (sample_memory) short_bytes((double)r->peak_used, used, sizeof used);
+        else snprintf(used, sizeof used, "-");
+        if (r->has_reserved) short_bytes((double)r->peak_reserved, reserved, sizeof reserved);
+        else snprintf(reserved, sizeof reserved, "-");
+        ratio(w, sizeof w, r->wall_ns, native ? native->wall_ns : 0, native != NULL);
+        ratio(p, sizeof p, r->alloc_ns + r->free_ns, native ? native->alloc_ns + native->free_ns : 0, native != NULL);
+        ratio(u, sizeof u, (double)r->peak_used, native ? (double)native->peak_used : 0, native && sample_memory);
+        printf("%-20s %10.3f %9.0f %9.0f %9.0f %10s %10s %8s %8s %8s %5llu\n", chosen[c], r->wall_ns / 1e6,
+               r->alloc_ns, r->free_ns, r->alloc_ns + r->free_ns, used, reserved, w, p, u,
+               (unsigned long long)r->failures);
+    }
+    printf("wall ms: first call to last thread done; alloc/free ns: mean per call; ns/pair: their sum;\n"
+           "peak used: max (total - free) of cuMemGetInfo after allocations, above the start level;\n"
+           "peak res: most bytes cupool's pools reserved (cupool_get_stats); x: ratio to native.\n");
+    return failed;
+}

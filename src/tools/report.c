@@ -1,0 +1,572 @@
+/*
+ * cupool-report: reads one or more cupool call logs (CUPOOL_LOG) and prints
+ * what happened per device (calls, pooled and native allocations, bytes,
+ * peaks, failures, call durations, a size histogram), then draws bytes in
+ * use and bytes reserved over time per device, and the size histogram, into
+ * one self-contained SVG (or HTML holding it).
+ *
+ * Bytes in use: the running sum of the sizes of successful allocations,
+ * pooled and native, minus each successful free matched to its allocation
+ * by pointer (per log, since pointers of different processes are unrelated).
+ * Bytes reserved: the "reserved" field of pooled allocation and free lines,
+ * which cupool fills with the device's pool reservation after the call;
+ * with several logs, the latest value of each log is summed.  Logs of
+ * several processes share one time axis (CLOCK_MONOTONIC is system-wide).
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "trace.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#define PROG "cupool-report"
+#define MAX_DEVICES 64
+#define NO_DEVICE MAX_DEVICES /* the slot for calls of no known device */
+#define BUCKETS 64
+
+/* ---- state -------------------------------------------------------------- */
+
+typedef struct u64_vec {
+    uint64_t *v;
+    size_t n, cap;
+} u64_vec_t;
+
+typedef struct point {
+    uint64_t t, in_use, reserved;
+} point_t;
+
+typedef struct device {
+    int seen;
+    uint64_t *calls;    /* per interned name */
+    uint64_t *failures; /* per interned result name */
+    uint64_t pooled_allocs, native_allocs, pooled_bytes, native_bytes;
+    uint64_t pooled_frees, native_frees, unmatched_frees;
+    uint64_t in_use, peak_in_use, reserved, peak_reserved;
+    uint64_t *reserved_by_file;
+    u64_vec_t alloc_ns, free_ns;
+    uint64_t hist[BUCKETS];
+    point_t *points;
+    size_t npoints, cap_points;
+} device_t;
+
+typedef struct block_key {
+    uint64_t ptr, file;
+} block_key_t;
+
+typedef struct block {
+    block_key_t key;
+    uint64_t size;
+    int dev;
+    UT_hash_handle hh;
+} block_t;
+
+static device_t devices[MAX_DEVICES + 1];
+static block_t *blocks;
+static uint64_t hist_all[BUCKETS];
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, PROG ": out of memory\n");
+        exit(1);
+    }
+    return q;
+}
+
+static void push(u64_vec_t *vec, uint64_t x)
+{
+    if (vec->n == vec->cap) {
+        vec->cap = vec->cap ? vec->cap * 2 : 256;
+        vec->v = xrealloc(vec->v, vec->cap * sizeof *vec->v);
+    }
+    vec->v[vec->n++] = x;
+}
+
+static int slot(int dev)
+{
+    return dev >= 0 && dev < MAX_DEVICES ? dev : NO_DEVICE;
+}
+
+static device_t *device(const trace_t *t, int dev)
+{
+    device_t *d = &devices[slot(dev)];
+    if (!d->seen) {
+        d->seen = 1;
+        d->calls = xrealloc(NULL, t->name_count * sizeof *d->calls);
+        d->failures = xrealloc(NULL, t->name_count * sizeof *d->failures);
+        d->reserved_by_file = xrealloc(NULL, t->files * sizeof *d->reserved_by_file);
+        memset(d->calls, 0, t->name_count * sizeof *d->calls);
+        memset(d->failures, 0, t->name_count * sizeof *d->failures);
+        memset(d->reserved_by_file, 0, t->files * sizeof *d->reserved_by_file);
+    }
+    return d;
+}
+
+static void add_point(device_t *d, uint64_t t)
+{
+    if (d->npoints && d->points[d->npoints - 1].in_use == d->in_use &&
+        d->points[d->npoints - 1].reserved == d->reserved)
+        return;
+    if (d->npoints == d->cap_points) {
+        d->cap_points = d->cap_points ? d->cap_points * 2 : 1024;
+        d->points = xrealloc(d->points, d->cap_points * sizeof *d->points);
+    }
+    d->points[d->npoints++] = (point_t){t, d->in_use, d->reserved};
+}
+
+static int bucket(uint64_t size)
+{
+    int b = 0;
+    while (size >>= 1) b++;
+    return b;
+}
+
+/* ---- the pass over the trace ------------------------------------------- */
+
+static block_t *find_block(uint64_t ptr, uint64_t file)
+{
+    block_key_t key;
+    memset(&key, 0, sizeof key);
+    key.ptr = ptr;
+    key.file = file;
+    block_t *b;
+    HASH_FIND(hh, blocks, &key, sizeof key, b);
+    return b;
+}
+
+static void release(block_t *b, uint64_t t)
+{
+    device_t *d = &devices[slot(b->dev)];
+    d->in_use -= b->size;
+    add_point(d, t);
+    HASH_DEL(blocks, b);
+    free(b);
+}
+
+static void account(const trace_t *t, const trace_record_t *r)
+{
+    if (r->kind == TRACE_START || r->kind == TRACE_MESSAGE) return;
+    int dev = r->dev;
+    block_t *b = NULL;
+    if (r->kind == TRACE_FREE && r->ptr) {
+        b = find_block(r->ptr, r->file);
+        if (b && dev < 0) dev = b->dev; /* native frees do not know their device */
+    }
+    device_t *d = device(t, dev);
+    d->calls[r->call]++;
+    if (!r->ok) {
+        d->failures[r->result]++;
+        return;
+    }
+    if (r->kind == TRACE_ALLOC) {
+        push(&d->alloc_ns, r->dur_ns);
+        if (r->route == TRACE_ROUTE_POOL) d->pooled_allocs++, d->pooled_bytes += r->size;
+        else d->native_allocs++, d->native_bytes += r->size;
+        if (r->size) {
+            d->hist[bucket(r->size)]++;
+            hist_all[bucket(r->size)]++;
+        }
+        block_t *old = find_block(r->ptr, r->file);
+        if (old) release(old, r->t - t->records[0].t); /* its free was not logged */
+        b = xrealloc(NULL, sizeof *b);
+        memset(b, 0, sizeof *b);
+        b->key.ptr = r->ptr;
+        b->key.file = r->file;
+        b->size = r->size;
+        b->dev = dev;
+        HASH_ADD(hh, blocks, key, sizeof b->key, b);
+        d->in_use += r->size;
+        if (d->in_use > d->peak_in_use) d->peak_in_use = d->in_use;
+    } else if (r->kind == TRACE_FREE) {
+        push(&d->free_ns, r->dur_ns);
+        if (r->route == TRACE_ROUTE_POOL) d->pooled_frees++;
+        else d->native_frees++;
+        if (b) release(b, r->t - t->records[0].t);
+        else if (r->ptr) d->unmatched_frees++;
+    }
+    if ((r->kind == TRACE_ALLOC || r->kind == TRACE_FREE) && r->route == TRACE_ROUTE_POOL && r->has_reserved) {
+        d->reserved -= d->reserved_by_file[r->file];
+        d->reserved_by_file[r->file] = r->reserved;
+        d->reserved += r->reserved;
+        if (d->reserved > d->peak_reserved) d->peak_reserved = d->reserved;
+    }
+    add_point(d, r->t - t->records[0].t);
+}
+
+/* ---- the summary ------------------------------------------------------- */
+
+static const char *human(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 5) bytes /= 1024, u++;
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+    return buf;
+}
+
+/* Short byte label for axes: 0, 512, 1K, 1.5M, 2G. */
+static const char *short_bytes(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"", "K", "M", "G", "T", "P"};
+    int u = 0;
+    while (bytes >= 1024 && u < 5) bytes /= 1024, u++;
+    snprintf(buf, len, "%.3g%s", bytes, units[u]);
+    return buf;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of a sorted vector. */
+static uint64_t percentile(const u64_vec_t *vec, double p)
+{
+    size_t rank = (size_t)ceil(p / 100.0 * (double)vec->n);
+    if (rank < 1) rank = 1;
+    return vec->v[rank - 1];
+}
+
+static void print_durations(const char *what, u64_vec_t *vec)
+{
+    if (!vec->n) {
+        printf("  %s duration ns: n=0\n", what);
+        return;
+    }
+    qsort(vec->v, vec->n, sizeof *vec->v, cmp_u64);
+    printf("  %s duration ns: n=%zu p50=%llu p90=%llu p99=%llu max=%llu\n", what, vec->n,
+           (unsigned long long)percentile(vec, 50), (unsigned long long)percentile(vec, 90),
+           (unsigned long long)percentile(vec, 99), (unsigned long long)vec->v[vec->n - 1]);
+}
+
+static void print_histogram(const uint64_t *hist)
+{
+    uint64_t most = 0;
+    for (int b = 0; b < BUCKETS; b++)
+        if (hist[b] > most) most = hist[b];
+    printf("  size histogram:%s\n", most ? "" : " none");
+    for (int b = 0; b < BUCKETS; b++) {
+        if (!hist[b]) continue;
+        char lo[16], hi[16];
+        short_bytes(ldexp(1, b), lo, sizeof lo);
+        short_bytes(ldexp(1, b + 1), hi, sizeof hi);
+        int bar = (int)((hist[b] * 40 + most - 1) / most);
+        printf("    [%s, %s) %llu ", lo, hi, (unsigned long long)hist[b]);
+        for (int i = 0; i < bar; i++) putchar('#');
+        putchar('\n');
+    }
+}
+
+static void print_device(const trace_t *t, int s)
+{
+    device_t *d = &devices[s];
+    char b1[32], b2[32];
+    if (s == NO_DEVICE) printf("no device:\n");
+    else printf("device %d:\n", s);
+    printf("  calls:");
+    for (size_t i = 0; i < t->name_count; i++)
+        if (d->calls[i]) printf(" %s=%llu", t->names[i], (unsigned long long)d->calls[i]);
+    printf("\n");
+    printf("  allocations: %llu pooled=%llu native=%llu\n", (unsigned long long)(d->pooled_allocs + d->native_allocs),
+           (unsigned long long)d->pooled_allocs, (unsigned long long)d->native_allocs);
+    printf("  bytes allocated: %llu pooled=%llu native=%llu (%s)\n",
+           (unsigned long long)(d->pooled_bytes + d->native_bytes), (unsigned long long)d->pooled_bytes,
+           (unsigned long long)d->native_bytes, human((double)(d->pooled_bytes + d->native_bytes), b1, sizeof b1));
+    printf("  frees: %llu pooled=%llu native=%llu unmatched=%llu\n",
+           (unsigned long long)(d->pooled_frees + d->native_frees), (unsigned long long)d->pooled_frees,
+           (unsigned long long)d->native_frees, (unsigned long long)d->unmatched_frees);
+    printf("  in use at end: %llu (%s)\n", (unsigned long long)d->in_use, human((double)d->in_use, b2, sizeof b2));
+    printf("  peak in use: %llu (%s)\n", (unsigned long long)d->peak_in_use, human((double)d->peak_in_use, b1, sizeof b1));
+    printf("  peak reserved: %llu (%s)\n", (unsigned long long)d->peak_reserved,
+           human((double)d->peak_reserved, b2, sizeof b2));
+    printf("  failures:");
+    int any = 0;
+    for (size_t i = 0; i < t->name_count; i++)
+        if (d->failures[i]) printf(" %s=%llu", t->names[i][0] ? t->names[i] : "?", (unsigned long long)d->failures[i]), any = 1;
+    printf("%s\n", any ? "" : " none");
+    print_durations("alloc", &d->alloc_ns);
+    print_durations("free", &d->free_ns);
+    print_histogram(d->hist);
+}
+
+/* ---- the picture ------------------------------------------------------- */
+
+#define SVG_W 960
+#define LEFT 80
+#define RIGHT 30
+#define PLOT_W (SVG_W - LEFT - RIGHT)
+#define PANEL_H 260
+#define PLOT_H 190
+#define PANEL_TOP 40 /* plot area offset inside a panel */
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default:
+            if ((unsigned char)*s >= 0x20 || *s == '\t') fputc(*s, f);
+        }
+    }
+}
+
+/* A 1-2-5 step giving about `ticks` intervals over span. */
+static double nice_step(double span, int ticks)
+{
+    double raw = span / ticks, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+}
+
+/* A power-of-two byte step giving at most about `ticks` intervals. */
+static double byte_step(double span, int ticks)
+{
+    double step = 1;
+    while (step * 2 <= span / ticks) step *= 2;
+    return step;
+}
+
+/* Appends one step-line point, dropping repeats. */
+typedef struct polyline {
+    FILE *f;
+    double last_x, last_y;
+    int started;
+} polyline_t;
+
+static void poly_point(polyline_t *p, double x, double y)
+{
+    if (p->started && fabs(x - p->last_x) < 0.05 && fabs(y - p->last_y) < 0.05) return;
+    fprintf(p->f, "%s%.1f,%.1f", p->started ? " " : "", x, y);
+    p->started = 1;
+    p->last_x = x;
+    p->last_y = y;
+}
+
+/* A step line of one series (0 = in use, 1 = reserved).  Several changes in
+ * one pixel column are drawn as that column's enter, min, max and exit
+ * values, so long logs stay small without hiding a peak. */
+static void draw_series(FILE *f, const device_t *d, int which, double span_ns, double ymax, double top,
+                        const char *cls)
+{
+    fprintf(f, "<polyline class=\"%s\" points=\"", cls);
+    polyline_t p = {f, 0, 0, 0};
+    double ybase = top + PLOT_H;
+#define YOF(v) (ybase - (double)(v) / ymax * PLOT_H)
+#define XOF(t) (LEFT + (double)(t) / span_ns * PLOT_W)
+    uint64_t value = 0;
+    poly_point(&p, LEFT, YOF(0));
+    size_t i = 0;
+    while (i < d->npoints) {
+        long col = lround(XOF(d->points[i].t));
+        uint64_t enter = value, lo = value, hi = value;
+        size_t j = i;
+        for (; j < d->npoints && lround(XOF(d->points[j].t)) == col; j++) {
+            value = which ? d->points[j].reserved : d->points[j].in_use;
+            if (value < lo) lo = value;
+            if (value > hi) hi = value;
+        }
+        double x = XOF(d->points[i].t);
+        poly_point(&p, x, YOF(enter));
+        if (j - i > 1) {
+            poly_point(&p, x, YOF(lo));
+            poly_point(&p, x, YOF(hi));
+        }
+        poly_point(&p, x, YOF(value));
+        i = j;
+    }
+    poly_point(&p, LEFT + PLOT_W, YOF(value));
+#undef YOF
+#undef XOF
+    fprintf(f, "\"/>\n");
+}
+
+static void draw_device(FILE *f, int s, const char *label, double span_ns, double top)
+{
+    const device_t *d = &devices[s];
+    double peak = (double)(d->peak_in_use > d->peak_reserved ? d->peak_in_use : d->peak_reserved);
+    double ymax = peak > 0 ? peak * 1.05 : 1024;
+    double y0 = top + PANEL_TOP, span_s = span_ns / 1e9;
+    fprintf(f, "<g class=\"device\">\n");
+    fprintf(f, "<text class=\"title\" x=\"%d\" y=\"%.0f\">%s: bytes in use (pooled + native) and reserved by the pools</text>\n", LEFT, top + 22,
+            label);
+    fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%.0f\" width=\"%d\" height=\"%d\"/>\n", LEFT, y0, PLOT_W, PLOT_H);
+    double ystep = byte_step(ymax, 5);
+    for (double v = 0; v <= ymax; v += ystep) {
+        double y = y0 + PLOT_H - v / ymax * PLOT_H;
+        char buf[16];
+        fprintf(f, "<line class=\"grid\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>", LEFT, y, LEFT + PLOT_W, y);
+        fprintf(f, "<text class=\"ylabel\" x=\"%d\" y=\"%.1f\">%s</text>\n", LEFT - 6, y + 4,
+                short_bytes(v, buf, sizeof buf));
+    }
+    double xstep = nice_step(span_s, 8);
+    for (double v = 0; v <= span_s * 1.0001; v += xstep) {
+        double x = LEFT + v / span_s * PLOT_W;
+        fprintf(f, "<line class=\"tick\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\"/>", x, y0 + PLOT_H, x,
+                y0 + PLOT_H + 5);
+        fprintf(f, "<text class=\"xlabel\" x=\"%.1f\" y=\"%.0f\">%g</text>\n", x, y0 + PLOT_H + 18, v);
+    }
+    fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"%.0f\">time (s)</text>\n", LEFT + PLOT_W / 2, y0 + PLOT_H + 36);
+    draw_series(f, d, 1, span_ns, ymax, y0, "reserved");
+    draw_series(f, d, 0, span_ns, ymax, y0, "in-use");
+    fprintf(f, "<g class=\"legend\"><line class=\"in-use\" x1=\"%d\" y1=\"%.0f\" x2=\"%d\" y2=\"%.0f\"/>"
+               "<text x=\"%d\" y=\"%.0f\">in use</text>",
+            LEFT + PLOT_W - 220, top + 18, LEFT + PLOT_W - 196, top + 18, LEFT + PLOT_W - 190, top + 22);
+    fprintf(f, "<line class=\"reserved\" x1=\"%d\" y1=\"%.0f\" x2=\"%d\" y2=\"%.0f\"/>"
+               "<text x=\"%d\" y=\"%.0f\">reserved</text></g>\n</g>\n",
+            LEFT + PLOT_W - 120, top + 18, LEFT + PLOT_W - 96, top + 18, LEFT + PLOT_W - 90, top + 22);
+}
+
+static void draw_histogram(FILE *f, double top)
+{
+    int first = -1, last = -1;
+    uint64_t most = 0;
+    for (int b = 0; b < BUCKETS; b++)
+        if (hist_all[b]) {
+            if (first < 0) first = b;
+            last = b;
+            if (hist_all[b] > most) most = hist_all[b];
+        }
+    double y0 = top + PANEL_TOP;
+    fprintf(f, "<g class=\"histogram\">\n<text class=\"title\" x=\"%d\" y=\"%.0f\">allocation sizes (powers of two, "
+               "all devices)</text>\n",
+            LEFT, top + 22);
+    fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%.0f\" width=\"%d\" height=\"%d\"/>\n", LEFT, y0, PLOT_W, PLOT_H);
+    if (first >= 0) {
+        int n = last - first + 1;
+        double slot_w = (double)PLOT_W / n, bar_w = slot_w * 0.8;
+        for (int b = first; b <= last; b++) {
+            double h = (double)hist_all[b] / (double)most * (PLOT_H - 16);
+            double x = LEFT + (b - first) * slot_w + (slot_w - bar_w) / 2;
+            char lo[16];
+            short_bytes(ldexp(1, b), lo, sizeof lo);
+            fprintf(f, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"><title>[%s, 2x): %llu"
+                       "</title></rect>",
+                    x, y0 + PLOT_H - h, bar_w, h, lo, (unsigned long long)hist_all[b]);
+            if (hist_all[b])
+                fprintf(f, "<text class=\"count\" x=\"%.1f\" y=\"%.1f\">%llu</text>", x + bar_w / 2,
+                        y0 + PLOT_H - h - 3, (unsigned long long)hist_all[b]);
+            if (n <= 24 || (b - first) % ((n + 23) / 24) == 0)
+                fprintf(f, "<text class=\"xlabel\" x=\"%.1f\" y=\"%.0f\">%s</text>", x + bar_w / 2, y0 + PLOT_H + 18,
+                        lo);
+            fputc('\n', f);
+        }
+    }
+    fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"%.0f\">allocation size (bytes, lower bound)</text>\n</g>\n",
+            LEFT + PLOT_W / 2, y0 + PLOT_H + 36);
+}
+
+static int write_picture(const char *path, char **logs, int nlogs, double span_ns)
+{
+    int html = strlen(path) > 5 && (strcmp(path + strlen(path) - 5, ".html") == 0 ||
+                                     strcmp(path + strlen(path) - 4, ".htm") == 0);
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return -1;
+    }
+    int panels = 1;
+    for (int s = 0; s <= MAX_DEVICES; s++) panels += devices[s].npoints > 0;
+    int height = panels * PANEL_H + 60;
+    if (html) fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"/><title>cupool report</title></head><body>\n");
+    else fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n", SVG_W, height, SVG_W, height);
+    fprintf(f, "<style>\n"
+               ".title{font-size:14px;font-weight:bold}\n"
+               ".frame{fill:none;stroke:#888}\n.grid{stroke:#ddd}\n.tick{stroke:#888}\n"
+               ".ylabel{text-anchor:end}\n.xlabel,.axis,.count{text-anchor:middle}\n.count{font-size:10px}\n"
+               "polyline{fill:none;stroke-width:1.5}\n"
+               ".in-use{stroke:#1f77b4;stroke-width:1.5}\n.reserved{stroke:#ff7f0e;stroke-width:1.5}\n"
+               ".bar{fill:#2ca02c}\n"
+               "</style>\n");
+    fprintf(f, "<title>cupool report:");
+    for (int i = 0; i < nlogs; i++) fputc(' ', f), xml_text(f, logs[i]);
+    fprintf(f, "</title>\n<text class=\"title\" x=\"%d\" y=\"24\">cupool report:", LEFT);
+    for (int i = 0; i < nlogs && i < 4; i++) fputc(' ', f), xml_text(f, logs[i]);
+    fprintf(f, "%s</text>\n", nlogs > 4 ? " ..." : "");
+    double top = 40;
+    for (int s = 0; s <= MAX_DEVICES; s++) {
+        if (!devices[s].npoints) continue;
+        char label[32];
+        if (s == NO_DEVICE) snprintf(label, sizeof label, "no device");
+        else snprintf(label, sizeof label, "device %d", s);
+        draw_device(f, s, label, span_ns, top);
+        top += PANEL_H;
+    }
+    draw_histogram(f, top);
+    fprintf(f, "</svg>\n");
+    if (html) fprintf(f, "</body></html>\n");
+    int bad = ferror(f);
+    if (f != stdout) bad |= fclose(f) != 0;
+    if (bad) fprintf(stderr, PROG ": error writing %s\n", path);
+    return bad ? -1 : 0;
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: " PROG " [-o FILE] [-q] LOG...\n"
+               "Summarizes cupool call logs (CUPOOL_LOG=path) per device and draws bytes in use and\n"
+               "reserved over time, and the allocation sizes, as SVG (or HTML when FILE ends in .html).\n"
+               "  -o FILE   picture to write (default cupool-report.svg; - = standard output)\n"
+               "  -q        no summary, only the picture\n"
+               "  -h        this help\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *out = "cupool-report.svg";
+    int quiet = 0, nlogs = 0;
+    char **logs = xrealloc(NULL, (size_t)argc * sizeof *logs);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+        else if (strncmp(argv[i], "-o", 2) == 0 && argv[i][2]) out = argv[i] + 2;
+        else if (strcmp(argv[i], "-q") == 0) quiet = 1;
+        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return usage(stdout), 0;
+        else if (strcmp(argv[i], "--") == 0) {
+            while (++i < argc) logs[nlogs++] = argv[i];
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, PROG ": unknown option %s\n", argv[i]);
+            return usage(stderr), 2;
+        } else logs[nlogs++] = argv[i];
+    }
+    if (!nlogs) return usage(stderr), 2;
+
+    trace_t t = {0};
+    int unreadable = 0;
+    for (int i = 0; i < nlogs; i++) unreadable |= trace_read(&t, logs[i], PROG) != 0;
+    if (!t.count) {
+        fprintf(stderr, PROG ": no usable lines in the log%s\n", nlogs > 1 ? "s" : "");
+        return 1;
+    }
+    trace_sort(&t);
+    uint64_t end = 0;
+    for (size_t i = 0; i < t.count; i++) {
+        account(&t, &t.records[i]);
+        if (t.records[i].t + t.records[i].dur_ns > end) end = t.records[i].t + t.records[i].dur_ns;
+    }
+    double span_ns = (double)(end - t.records[0].t);
+    if (span_ns <= 0) span_ns = 1;
+    if (!quiet) {
+        printf(PROG ": %d log%s, %zu lines read, %zu rejected, %.6f s\n", nlogs, nlogs > 1 ? "s" : "", t.count,
+               t.rejected, span_ns / 1e9);
+        for (int s = 0; s <= MAX_DEVICES; s++)
+            if (devices[s].seen) print_device(&t, s);
+    }
+    int bad = write_picture(out, logs, nlogs, span_ns) != 0;
+    if (!quiet && !bad && strcmp(out, "-") != 0) printf("picture: %s\n", out);
+    free(logs);
+    trace_free(&t);
+    return bad || unreadable ? 1 : 0;
+}

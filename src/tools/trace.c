@@ -1,0 +1,157 @@
+/*
+ * Reading call logs into trace_t (trace.h): each line is parsed by jsonl.c,
+ * its fields checked and turned into a fixed-size record.  Every call line
+ * needs "t" and "call"; allocation and free lines also need "ptr" and
+ * "size".  Other fields are optional and extra fields are ignored, so logs
+ * of older and newer cupool versions read alike.
+ */
+#include "trace.h"
+#include "jsonl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint16_t intern(trace_t *t, const char *name)
+{
+    for (size_t i = 0; i < t->name_count; i++)
+        if (strcmp(t->names[i], name) == 0) return (uint16_t)i;
+    if (t->name_count >= 65535) return 0;
+    char **grown = realloc(t->names, (t->name_count + 1) * sizeof *grown);
+    char *copy = strdup(name);
+    if (!grown || !copy) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    t->names = grown;
+    t->names[t->name_count] = copy;
+    return (uint16_t)t->name_count++;
+}
+
+static int call_kind(const char *call)
+{
+    static const char *const allocs[] = {"cuMemAlloc_v2", "cuMemAlloc", "cuMemAllocPitch_v2", "cuMemAllocPitch"};
+    static const char *const frees[] = {"cuMemFree_v2", "cuMemFree", "cuMemFreeAsync", "cuMemFreeAsync_ptsz"};
+    for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++)
+        if (strcmp(call, allocs[i]) == 0) return TRACE_ALLOC;
+    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
+        if (strcmp(call, frees[i]) == 0) return TRACE_FREE;
+    if (strcmp(call, "cupool.start") == 0) return TRACE_START;
+    if (strcmp(call, "cupool.message") == 0) return TRACE_MESSAGE;
+    return TRACE_OTHER;
+}
+
+static int route_code(const char *route)
+{
+    static const char *const names[] = {"none", "pool", "native", "rewritten"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(route, names[i]) == 0) return i;
+    return TRACE_ROUTE_UNKNOWN;
+}
+
+/* Fills *r from one line; returns NULL or why the line is rejected. */
+static const char *record_of(trace_t *t, const char *text, size_t len, trace_record_t *r)
+{
+    jsonl_line_t line;
+    const char *error;
+    if (jsonl_parse(text, len, &line, &error) != 0) return error;
+    char call[128], buf[128];
+    int64_t i64;
+    memset(r, 0, sizeof *r);
+    if (jsonl_get_u64(&line, "t", &r->t) != 0) return "missing or bad \"t\" (a time in ns)";
+    if (jsonl_get_str(&line, "call", call, sizeof call) != 0 || !call[0]) return "missing or bad \"call\"";
+    r->kind = (uint8_t)call_kind(call);
+    r->call = intern(t, call);
+    r->dev = -1;
+    r->ok = 1;
+    r->route = TRACE_ROUTE_UNKNOWN;
+    if (jsonl_get(&line, "tid") && (jsonl_get_i64(&line, "tid", &i64) != 0 || i64 < 0 || i64 > INT32_MAX))
+        return "bad \"tid\"";
+    else if (jsonl_get(&line, "tid")) r->tid = (int32_t)i64;
+    if (jsonl_get(&line, "dev") && (jsonl_get_i64(&line, "dev", &i64) != 0 || i64 < -1 || i64 > INT32_MAX))
+        return "bad \"dev\"";
+    else if (jsonl_get(&line, "dev")) r->dev = (int32_t)i64;
+    if (jsonl_get(&line, "ptr") && jsonl_get_ptr(&line, "ptr", &r->ptr) != 0) return "bad \"ptr\" (want \"0x...\")";
+    if (jsonl_get(&line, "size") && jsonl_get_u64(&line, "size", &r->size) != 0) return "bad \"size\"";
+    if (jsonl_get(&line, "dur_ns") && jsonl_get_u64(&line, "dur_ns", &r->dur_ns) != 0) return "bad \"dur_ns\"";
+    if (jsonl_get(&line, "reserved")) {
+        if (jsonl_get_u64(&line, "reserved", &r->reserved) != 0) return "bad \"reserved\"";
+        r->has_reserved = 1;
+    }
+    if (jsonl_get(&line, "route")) {
+        if (jsonl_get_str(&line, "route", buf, sizeof buf) != 0) return "bad \"route\"";
+        r->route = (uint8_t)route_code(buf);
+    }
+    buf[0] = '\0';
+    if (jsonl_get(&line, "result") && jsonl_get_str(&line, "result", buf, sizeof buf) != 0) return "bad \"result\"";
+    r->result = intern(t, buf);
+    r->ok = !buf[0] || strcmp(buf, "CUDA_SUCCESS") == 0;
+    if ((r->kind == TRACE_ALLOC || r->kind == TRACE_FREE) && (!jsonl_get(&line, "ptr") || !jsonl_get(&line, "size")))
+        return "an allocation or free without \"ptr\" and \"size\"";
+    return NULL;
+}
+
+int trace_read(trace_t *t, const char *path, const char *prog)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
+        return -1;
+    }
+    if (t->name_count == 0) intern(t, ""); /* index 0: no result */
+    char *text = NULL;
+    size_t size = 0;
+    ssize_t len;
+    uint32_t lineno = 0;
+    while ((len = getline(&text, &size, f)) >= 0) {
+        lineno++;
+        if (len > 0 && text[len - 1] == '\n') len--;
+        if (len == 0) continue; /* blank lines are harmless */
+        trace_record_t r;
+        const char *why = record_of(t, text, (size_t)len, &r);
+        if (why) {
+            fprintf(stderr, "%s:%u: %s; line skipped\n", path, lineno, why);
+            t->rejected++;
+            continue;
+        }
+        r.seq = lineno;
+        r.file = (uint16_t)t->files;
+        if (t->count == t->capacity) {
+            size_t cap = t->capacity ? t->capacity * 2 : 4096;
+            trace_record_t *grown = realloc(t->records, cap * sizeof *grown);
+            if (!grown) {
+                fprintf(stderr, "%s: out of memory reading %s\n", prog, path);
+                exit(1);
+            }
+            t->records = grown;
+            t->capacity = cap;
+        }
+        t->records[t->count++] = r;
+    }
+    free(text);
+    if (f != stdin) fclose(f);
+    t->files++;
+    return 0;
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const trace_record_t *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+void trace_sort(trace_t *t)
+{
+    qsort(t->records, t->count, sizeof *t->records, by_time);
+}
+
+void trace_free(trace_t *t)
+{
+    for (size_t i = 0; i < t->name_count; i++) free(t->names[i]);
+    free(t->names);
+    free(t->records);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,51 @@
+/*
+ * A call log read into memory for the tools: every well-formed line of one
+ * or more logs becomes a trace_record_t, and the records are put in the
+ * order the calls started.  (A log is not in time order: each thread
+ * buffers its own lines, so lines of different threads arrive in batches.)
+ * Malformed lines are reported as "file:line: why" on stderr and skipped.
+ */
+#ifndef CUPOOL_TRACE_H
+#define CUPOOL_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { TRACE_OTHER, TRACE_ALLOC, TRACE_FREE, TRACE_START, TRACE_MESSAGE };
+enum { TRACE_ROUTE_NONE, TRACE_ROUTE_POOL, TRACE_ROUTE_NATIVE, TRACE_ROUTE_REWRITTEN, TRACE_ROUTE_UNKNOWN };
+
+typedef struct trace_record {
+    uint64_t t;          /* CLOCK_MONOTONIC ns at the start of the call */
+    uint64_t ptr;
+    uint64_t size;       /* allocations: bytes asked; pooled frees: block size */
+    uint64_t dur_ns;
+    uint64_t reserved;   /* pool bytes reserved after the call, when has_reserved */
+    uint32_t seq;        /* line number in its file */
+    uint16_t file;       /* index of its log */
+    uint16_t call;       /* index into trace_t.names */
+    uint16_t result;     /* index into trace_t.names; the empty name when absent */
+    uint8_t kind;        /* TRACE_* */
+    uint8_t route;       /* TRACE_ROUTE_* */
+    uint8_t ok;          /* result was CUDA_SUCCESS (or absent) */
+    uint8_t has_reserved;
+    int32_t dev;         /* -1 unknown */
+    int32_t tid;         /* 0 when absent */
+} trace_record_t;
+
+typedef struct trace {
+    trace_record_t *records;
+    size_t count, capacity;
+    char **names; /* interned call and result names */
+    size_t name_count;
+    size_t rejected; /* malformed lines skipped */
+    size_t files;
+} trace_t;
+
+/* Reads the log at path into t (appending to what is there); -1 when the
+ * file cannot be opened (message printed), else 0.  `prog` prefixes errors. */
+int trace_read(trace_t *t, const char *path, const char *prog);
+/* Puts the records in start-time order (stable: file, then line). */
+void trace_sort(trace_t *t);
+void trace_free(trace_t *t);
+
+#endif

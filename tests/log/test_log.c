@@ -1,0 +1,522 @@
+/*
+ * The call log (CUPOOL_LOG) holds exactly the calls a program made.  The test
+ * runs itself again in child processes, each with its own CUPOOL_* settings
+ * (cupool reads them once, at the program's cuInit), and then reads the
+ * logs they left:
+ *   calls    allocations of known sizes, pooled and native (CUPOOL_MAX_SIZE),
+ *            their frees and one bad free: every line is JSON, one start line
+ *            with the child's pid, then exactly these calls with their sizes,
+ *            routes, pointers and results;
+ *   fork     %p names a separate file for a child started with fork + exec;
+ *   symlink  a symbolic link at the log path is refused with a warning and
+ *            the program runs on;
+ *   level    CUPOOL_LOG_LEVEL=error logs the failed calls only;
+ *   exit     a thread calls exit() while another one is allocating: every
+ *            call that returned before is in the log, in whole lines.
+ * Each child's standard output goes to DIR/MODE.out, where it reports what
+ * the parent cannot see (a result name, a pid, a count).
+ */
+#include "../check.h"
+#include "../../src/tools/jsonl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_ENTRIES 200000
+
+static const size_t pooled_sizes[] = {1, 256, 1000, 4096, 65536, 1 << 20};
+static const size_t native_sizes[] = {3 << 20, 5 << 20};
+#define NPOOLED (sizeof pooled_sizes / sizeof *pooled_sizes)
+#define NNATIVE (sizeof native_sizes / sizeof *native_sizes)
+#define MAX_SIZE_OPTION "2M"
+#define BAD_POINTER ((CUdeviceptr)0x1234)
+
+/* ---- the children ------------------------------------------------------- */
+
+static CUcontext start_cuda(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CHECK_CU(cuInit(0));
+    CHECK_CU(cuDeviceGet(&dev, 0));
+    CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK_CU(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
+static int child_calls(void)
+{
+    start_cuda();
+    CUdeviceptr p[NPOOLED + NNATIVE];
+    for (size_t i = 0; i < NPOOLED; i++) CHECK_CU(cuMemAlloc(&p[i], pooled_sizes[i]));
+    for (size_t i = 0; i < NNATIVE; i++) CHECK_CU(cuMemAlloc(&p[NPOOLED + i], native_sizes[i]));
+    for (size_t i = NPOOLED + NNATIVE; i-- > 0;) CHECK_CU(cuMemFree(p[i]));
+    CUresult r = cuMemFree(BAD_POINTER);
+    CHECK_NE(r, CUDA_SUCCESS);
+    printf("badfree %s\n", check_result_name(r));
+    return 0;
+}
+
+static int child_fork(char *self)
+{
+    start_cuda();
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 4096));
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK_TRUE(pid >= 0);
+    if (pid == 0) {
+        char *args[] = {self, (char *)"forked", NULL};
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_TRUE(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    printf("child %d\n", (int)pid);
+    CHECK_CU(cuMemFree(p));
+    return 0;
+}
+
+static int child_forked(void)
+{
+    start_cuda();
+    CUdeviceptr a, b;
+    CHECK_CU(cuMemAlloc(&a, 111));
+    CHECK_CU(cuMemAlloc(&b, 222));
+    CHECK_CU(cuMemFree(a));
+    CHECK_CU(cuMemFree(b));
+    return 0;
+}
+
+static int child_level(void)
+{
+    start_cuda();
+    CUdeviceptr p[3], q;
+    for (int i = 0; i < 3; i++) CHECK_CU(cuMemAlloc(&p[i], 1000 * (size_t)(i + 1)));
+    for (int i = 0; i < 3; i++) CHECK_CU(cuMemFree(p[i]));
+    CHECK_NE(cuMemFree(BAD_POINTER), CUDA_SUCCESS);
+    CHECK_NE(cuMemAlloc(&q, 0), CUDA_SUCCESS);
+    return 0;
+}
+
+static atomic_ulong allocations_done;
+
+static void *allocating_thread(void *arg)
+{
+    CHECK_CU(cuCtxSetCurrent(arg));
+    for (;;) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, 4096 + atomic_load(&allocations_done) % 4096));
+        atomic_fetch_add(&allocations_done, 1);
+        CHECK_CU(cuMemFree(p));
+    }
+    return NULL;
+}
+
+static void *exiting_thread(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&allocations_done) < 3000) sched_yield();
+    /* Every allocation counted here has returned, so cupool has logged it. */
+    printf("count %lu\n", atomic_load(&allocations_done));
+    fflush(stdout);
+    exit(0);
+}
+
+static int child_exit(void)
+{
+    CUcontext ctx = start_cuda();
+    pthread_t a, b;
+    CHECK_EQ(pthread_create(&a, NULL, allocating_thread, ctx), 0);
+    CHECK_EQ(pthread_create(&b, NULL, exiting_thread, NULL), 0);
+    pthread_join(a, NULL); /* never returns: the exiting thread ends the process */
+    return 1;
+}
+
+/* ---- reading a log ------------------------------------------------------ */
+
+typedef struct entry {
+    char call[64], result[64], route[16];
+    uint64_t t, size, ptr;
+    int64_t pid, tid, dev;
+} entry_t;
+
+static int python_available = -1;
+
+static void check_with_python(const char *path)
+{
+    if (python_available < 0) python_available = system("python3 -c 'import json' >/dev/null 2>&1") == 0;
+    if (!python_available) return;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys\nfor n, l in enumerate(open(sys.argv[1]), 1):\n"
+             "    o = json.loads(l)\n    assert isinstance(o, dict), n\n' '%s'",
+             path);
+    if (system(cmd) != 0) CHECK_FAIL("python3 json.loads rejects a line of %s", path);
+}
+
+/* Reads every line of the log at path; fails the test on a malformed one. */
+static int read_log(const char *path, entry_t *out, int max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) CHECK_FAIL("cannot open %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int n = 0, lineno = 0;
+    while ((len = getline(&text, &cap, f)) >= 0) {
+        lineno++;
+        if (len == 0 || text[len - 1] != '\n') CHECK_FAIL("%s:%d: line without its newline: %s", path, lineno, text);
+        jsonl_line_t line;
+        const char *why;
+        if (jsonl_parse(text, (size_t)len - 1, &line, &why) != 0) CHECK_FAIL("%s:%d: %s: %s", path, lineno, why, text);
+        if (n >= max) CHECK_FAIL("%s: more than %d lines", path, max);
+        entry_t *e = &out[n++];
+        memset(e, 0, sizeof *e);
+        e->dev = e->tid = e->pid = -1;
+        if (jsonl_get_u64(&line, "t", &e->t) != 0) CHECK_FAIL("%s:%d: no \"t\": %s", path, lineno, text);
+        if (jsonl_get_str(&line, "call", e->call, sizeof e->call) != 0)
+            CHECK_FAIL("%s:%d: no \"call\": %s", path, lineno, text);
+        jsonl_get_str(&line, "result", e->result, sizeof e->result);
+        jsonl_get_str(&line, "route", e->route, sizeof e->route);
+        jsonl_get_u64(&line, "size", &e->size);
+        jsonl_get_i64(&line, "pid", &e->pid);
+        jsonl_get_i64(&line, "tid", &e->tid);
+        jsonl_get_i64(&line, "dev", &e->dev);
+        if (jsonl_get(&line, "ptr") && jsonl_get_ptr(&line, "ptr", &e->ptr) != 0)
+            CHECK_FAIL("%s:%d: bad \"ptr\": %s", path, lineno, text);
+        if (strncmp(e->call, "cupool.", 7) != 0) {
+            /* Every call line carries the documented fields. */
+            static const char *const fields[] = {"tid", "ptr", "size", "dev", "stream", "route", "mode", "result",
+                                                 "dur_ns", "reserved"};
+            for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+                if (!jsonl_get(&line, fields[i])) CHECK_FAIL("%s:%d: no \"%s\": %s", path, lineno, fields[i], text);
+        }
+    }
+    free(text);
+    fclose(f);
+    check_with_python(path);
+    return n;
+}
+
+static int count_calls(const entry_t *e, int n, const char *call)
+{
+    int c = 0;
+    for (int i = 0; i < n; i++) c += strcmp(e[i].call, call) == 0;
+    return c;
+}
+
+/* The first line is the start line of process pid. */
+static void check_start(const entry_t *e, int n, pid_t pid)
+{
+    CHECK_TRUE(n >= 1);
+    CHECK_STR_EQ(e[0].call, "cupool.start");
+    CHECK_EQ(e[0].pid, pid);
+    CHECK_EQ(count_calls(e, n, "cupool.start"), 1);
+    for (int i = 1; i < n; i++) CHECK_TRUE(e[i].t >= e[0].t);
+}
+
+/* Each thread's lines are in the order of its calls. */
+static void check_thread_order(const entry_t *e, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i + 1; j < n && j < i + 64; j++)
+            if (e[j].tid == e[i].tid && e[i].tid >= 0) {
+                CHECK_TRUE(e[j].t >= e[i].t);
+                break;
+            }
+}
+
+/* ---- the parent --------------------------------------------------------- */
+
+static char dir[4096];
+static char *self;
+static entry_t *entries;
+
+static char *path_in(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+    return buf;
+}
+
+/* Runs this program in `mode` with the environment settings `env`
+ * (NAME=VALUE, NULL-terminated); returns the child's pid, its exit status
+ * in *status.  Standard output goes to DIR/MODE.out, standard error to
+ * DIR/MODE.err. */
+static pid_t spawn(const char *mode, const char *const *env, int *status)
+{
+    char out[4200], err[4200];
+    path_in(mode, out, sizeof out);
+    strcat(out, ".out");
+    path_in(mode, err, sizeof err);
+    strcat(err, ".err");
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK_TRUE(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; env[i]; i++) putenv((char *)env[i]);
+        if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr)) _exit(126);
+        char *args[] = {self, (char *)mode, NULL};
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    CHECK_EQ(waitpid(pid, status, 0), pid);
+    return pid;
+}
+
+static void expect_success(const char *mode, int status)
+{
+    char err[4200], cmd[4300];
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    path_in(mode, err, sizeof err);
+    strcat(err, ".err");
+    snprintf(cmd, sizeof cmd, "cat '%s' >&2", err);
+    if (system(cmd) != 0) {
+    }
+    CHECK_FAIL("child %s failed (status %#x)", mode, status);
+}
+
+/* A word after `key ` in DIR/MODE.out. */
+static void read_output(const char *mode, const char *key, char *value, size_t len)
+{
+    char path[4200], line[256];
+    path_in(mode, path, sizeof path);
+    strcat(path, ".out");
+    FILE *f = fopen(path, "r");
+    if (!f) CHECK_FAIL("cannot open %s", path);
+    value[0] = '\0';
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
+            snprintf(value, len, "%s", line + klen + 1);
+            value[strcspn(value, "\n")] = '\0';
+        }
+    fclose(f);
+    if (!value[0]) CHECK_FAIL("%s holds no \"%s\" line", path, key);
+}
+
+static void log_path(const char *mode, pid_t pid, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s.%d.jsonl", dir, mode, (int)pid);
+}
+
+static void test_calls(void)
+{
+    char pattern[4200], logfile[4200], badfree[128];
+    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/calls.%%p.jsonl", dir);
+    const char *env[] = {pattern, "CUPOOL_MAX_SIZE=" MAX_SIZE_OPTION, NULL};
+    int status;
+    pid_t pid = spawn("calls", env, &status);
+    expect_success("calls", status);
+    read_output("calls", "badfree", badfree, sizeof badfree);
+    log_path("calls", pid, logfile, sizeof logfile);
+    int n = read_log(logfile, entries, MAX_ENTRIES);
+    check_start(entries, n, pid);
+    check_thread_order(entries, n);
+
+    /* Exactly the calls made, and nothing cupool made itself. */
+    CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), NPOOLED + NNATIVE);
+    CHECK_EQ(count_calls(entries, n, "cuMemFree_v2"), NPOOLED + NNATIVE + 1);
+    CHECK_EQ(count_calls(entries, n, "cupool.message"), 0);
+    for (int i = 1; i < n; i++) {
+        const char *c = entries[i].call;
+        if (strcmp(c, "cuMemAlloc_v2") && strcmp(c, "cuMemFree_v2") && strcmp(c, "cuDevicePrimaryCtxRetain"))
+            CHECK_FAIL("%s: unexpected call %s in the log", logfile, c);
+    }
+    CHECK_TRUE(count_calls(entries, n, "cuDevicePrimaryCtxRetain") <= 1);
+
+    /* Allocations in order, with their sizes and routes. */
+    uint64_t ptrs[NPOOLED + NNATIVE];
+    size_t a = 0;
+    for (int i = 0; i < n; i++) {
+        const entry_t *e = &entries[i];
+        if (strcmp(e->call, "cuMemAlloc_v2") != 0) continue;
+        size_t want = a < NPOOLED ? pooled_sizes[a] : native_sizes[a - NPOOLED];
+        CHECK_EQ(e->size, want);
+        CHECK_STR_EQ(e->route, a < NPOOLED ? "pool" : "native");
+        CHECK_STR_EQ(e->result, "CUDA_SUCCESS");
+        CHECK_EQ(e->dev, 0);
+        CHECK_NE(e->ptr, 0);
+        ptrs[a++] = e->ptr;
+    }
+    /* Frees in reverse order; pooled ones carry the block size. */
+    size_t f = NPOOLED + NNATIVE;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const entry_t *e = &entries[i];
+        if (strcmp(e->call, "cuMemFree_v2") != 0) continue;
+        if (f == 0) {
+            CHECK_EQ(e->ptr, BAD_POINTER);
+            CHECK_STR_EQ(e->result, badfree);
+            CHECK_TRUE(strcmp(e->result, "CUDA_SUCCESS") != 0);
+            bad++;
+            continue;
+        }
+        f--;
+        CHECK_EQ(e->ptr, ptrs[f]);
+        CHECK_STR_EQ(e->result, "CUDA_SUCCESS");
+        if (f < NPOOLED) {
+            CHECK_STR_EQ(e->route, "pool");
+            CHECK_EQ(e->size, pooled_sizes[f]);
+        } else {
+            CHECK_STR_EQ(e->route, "native");
+            CHECK_EQ(e->size, 0);
+        }
+    }
+    CHECK_EQ(f, 0);
+    CHECK_EQ(bad, 1);
+}
+
+static void test_fork(void)
+{
+    char pattern[4200], logfile[4200], child[64];
+    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/fork.%%p.jsonl", dir);
+    const char *env[] = {pattern, NULL};
+    int status;
+    pid_t pid = spawn("fork", env, &status);
+    expect_success("fork", status);
+    read_output("fork", "child", child, sizeof child);
+    pid_t child_pid = (pid_t)atoi(child);
+    CHECK_TRUE(child_pid > 0 && child_pid != pid);
+
+    log_path("fork", pid, logfile, sizeof logfile);
+    int n = read_log(logfile, entries, MAX_ENTRIES);
+    check_start(entries, n, pid);
+    CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), 1);
+    CHECK_EQ(count_calls(entries, n, "cuMemFree_v2"), 1);
+
+    log_path("fork", child_pid, logfile, sizeof logfile);
+    n = read_log(logfile, entries, MAX_ENTRIES);
+    check_start(entries, n, child_pid);
+    CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), 2);
+    CHECK_EQ(count_calls(entries, n, "cuMemFree_v2"), 2);
+    for (int i = 0; i < n; i++)
+        if (strcmp(entries[i].call, "cuMemAlloc_v2") == 0) CHECK_TRUE(entries[i].size == 111 || entries[i].size == 222);
+}
+
+static void test_symlink(void)
+{
+    char target[4200], link_path[4200], setting[4300], err[4200];
+    path_in("target.jsonl", target, sizeof target);
+    path_in("link.jsonl", link_path, sizeof link_path);
+    int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK_TRUE(fd >= 0);
+    close(fd);
+    CHECK_EQ(symlink(target, link_path), 0);
+    snprintf(setting, sizeof setting, "CUPOOL_LOG=%s", link_path);
+    const char *env[] = {setting, NULL};
+    int status;
+    spawn("forked", env, &status); /* any child that allocates will do */
+    expect_success("forked", status);
+
+    struct stat st;
+    CHECK_EQ(stat(target, &st), 0);
+    CHECK_EQ(st.st_size, 0);
+    path_in("forked.err", err, sizeof err);
+    FILE *f = fopen(err, "r");
+    CHECK_TRUE(f != NULL);
+    char text[8192];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    char want[4400];
+    snprintf(want, sizeof want, "cupool: warning: not logging: %s is a symbolic link", link_path);
+    if (!strstr(text, want)) CHECK_FAIL("expected \"%s\" on stderr, got \"%s\"", want, text);
+}
+
+static void test_level(void)
+{
+    char pattern[4200], logfile[4200];
+    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/level.%%p.jsonl", dir);
+    const char *env[] = {pattern, "CUPOOL_LOG_LEVEL=error", NULL};
+    int status;
+    pid_t pid = spawn("level", env, &status);
+    expect_success("level", status);
+    log_path("level", pid, logfile, sizeof logfile);
+    int n = read_log(logfile, entries, MAX_ENTRIES);
+    check_start(entries, n, pid);
+    CHECK_EQ(n, 3);
+    CHECK_STR_EQ(entries[1].call, "cuMemFree_v2");
+    CHECK_EQ(entries[1].ptr, BAD_POINTER);
+    CHECK_STR_EQ(entries[2].call, "cuMemAlloc_v2");
+    CHECK_EQ(entries[2].size, 0);
+    for (int i = 1; i < n; i++) CHECK_TRUE(strcmp(entries[i].result, "CUDA_SUCCESS") != 0);
+}
+
+static void test_exit(void)
+{
+    char pattern[4200], logfile[4200], count[64];
+    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/exit.%%p.jsonl", dir);
+    const char *env[] = {pattern, NULL};
+    int status;
+    pid_t pid = spawn("exit", env, &status);
+    expect_success("exit", status);
+    read_output("exit", "count", count, sizeof count);
+    long done = atol(count);
+    CHECK_TRUE(done >= 3000);
+    log_path("exit", pid, logfile, sizeof logfile);
+    int n = read_log(logfile, entries, MAX_ENTRIES);
+    check_start(entries, n, pid);
+    int logged = count_calls(entries, n, "cuMemAlloc_v2");
+    if (logged < done) CHECK_FAIL("%s: %d allocations logged, %ld made before exit()", logfile, logged, done);
+}
+
+static void remove_dir(void)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    char path[4400];
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv)
+{
+    self = argv[0];
+    if (argc > 1) {
+        if (strcmp(argv[1], "calls") == 0) return child_calls();
+        if (strcmp(argv[1], "fork") == 0) return child_fork(argv[0]);
+        if (strcmp(argv[1], "forked") == 0) return child_forked();
+        if (strcmp(argv[1], "level") == 0) return child_level();
+        if (strcmp(argv[1], "exit") == 0) return child_exit();
+        CHECK_FAIL("unknown mode %s", argv[1]);
+    }
+    if (!check_cupool_loaded()) {
+        fprintf(stderr, "libcupool.so is not preloaded; run through tests/run-test.sh\n");
+        return CHECK_SKIP;
+    }
+    if (getenv("CUPOOL_LOG")) unsetenv("CUPOOL_LOG");
+    unsetenv("CUPOOL_LOG_LEVEL");
+    unsetenv("CUPOOL_MAX_SIZE");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/cupool-test-log.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    CHECK_TRUE(mkdtemp(dir) != NULL);
+    entries = calloc(MAX_ENTRIES, sizeof *entries);
+    CHECK_TRUE(entries != NULL);
+
+    test_calls();
+    test_fork();
+    test_symlink();
+    test_level();
+    test_exit();
+
+    if (!getenv("CUPOOL_TEST_KEEP")) remove_dir();
+    else fprintf(stderr, "logs kept in %s\n", dir);
+    free(entries);
+    return 0;
+}

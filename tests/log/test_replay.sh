@@ -1,0 +1,76 @@
+#!/bin/sh
+# cupool-replay on tests/log/sample.jsonl against the test driver: a row of
+# numbers per configuration, every allocation and free of the trace made in
+# each, the JSON output well-formed, and bad arguments refused.
+# run-test.sh has set LD_LIBRARY_PATH (the simulated driver) and
+# CUPOOL_LIBRARY (the built libcupool.so).
+builddir=${CUPOOL_BUILDDIR:-.}
+srcdir=${CUPOOL_SRCDIR:-..}
+replay=$builddir/cupool-replay
+sample=$srcdir/tests/log/sample.jsonl
+[ -x "$replay" ] || { echo "no $replay"; exit 99; }
+[ -n "$CUPOOL_LIBRARY" ] || { echo "CUPOOL_LIBRARY not set: run through tests/run-test.sh"; exit 99; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-test-replay.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "test_replay: $*" >&2; exit 1; }
+
+# The trace, counted independently: successful allocations, and successful
+# frees of a pointer allocated before.
+allocs=$(grep -c '"call":"cuMemAlloc\(Pitch\)\{0,1\}_v2".*"result":"CUDA_SUCCESS"' "$sample")
+"$replay" -n 2 "$sample" >"$tmp/table" 2>"$tmp/err" || { cat "$tmp/err" "$tmp/table"; fail "cupool-replay failed"; }
+cat "$tmp/table" "$tmp/err"
+head -n 1 "$tmp/table" | grep -q ": $allocs allocations, " || fail "expected $allocs allocations in the header"
+frees=$(head -n 1 "$tmp/table" | sed -n 's/.* allocations, \([0-9]*\) frees.*/\1/p')
+[ -n "$frees" ] && [ "$frees" -gt 0 ] || fail "no frees in the header"
+
+number='[0-9][0-9.]*'
+for config in native dedicated/ordered dedicated/deferred dedicated/sync dedicated/auto default/auto split/auto; do
+    row=$(grep "^$config " "$tmp/table") || fail "no row for $config"
+    set -- $row
+    [ $# -eq 11 ] || fail "row for $config has $# columns: $row"
+    for v in "$2" "$3" "$4" "$5"; do
+        expr "$v" : "$number\$" >/dev/null || fail "$config: '$v' is not a number"
+    done
+    expr "$6" : "$number[BKMG]\$" >/dev/null || fail "$config: peak used '$6'"
+    if [ "$config" = native ]; then
+        [ "$7" = - ] || fail "native has a peak reserved: $7"
+        [ "$8" = 1.00 ] || fail "native wall ratio $8"
+    else
+        expr "$7" : "$number[BKMG]\$" >/dev/null || fail "$config: peak reserved '$7'"
+        [ "$7" != 0B ] || fail "$config: cupool reserved nothing"
+    fi
+    for v in "$8" "$9" "${10}"; do
+        expr "$v" : "$number\$" >/dev/null || fail "$config: ratio '$v' is not a number"
+    done
+    [ "${11}" = 0 ] || fail "$config: ${11} calls failed"
+done
+
+# JSON: one object per configuration asked for, each replaying every call.
+"$replay" --json --configs native,dedicated:ordered,split/auto --no-sample "$sample" >"$tmp/json" ||
+    fail "cupool-replay --json failed"
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$tmp/json" "$allocs" "$frees" <<'PY' || fail "bad JSON output"
+import json, sys
+out = json.load(open(sys.argv[1]))
+allocs, frees = int(sys.argv[2]), int(sys.argv[3])
+assert [c["config"] for c in out["configs"]] == ["native", "dedicated/ordered", "split/auto"], out
+for c in out["configs"]:
+    assert c["ok"] and c["allocs"] == allocs and c["frees"] == frees and c["failures"] == 0, c
+    assert c["wall_ns"] > 0 and c["pair_ns"] > 0 and c["peak_used"] is None, c
+    assert (c["peak_reserved"] is None) == (c["config"] == "native"), c
+    assert c["peak_reserved"] is None or c["peak_reserved"] > 0, c
+PY
+fi
+
+# Gaps kept (scaled down) still replay the whole trace.
+"$replay" --configs dedicated/auto --gap-scale 0.1 "$sample" >"$tmp/gaps" || fail "--gap-scale failed"
+grep -q '^dedicated/auto ' "$tmp/gaps" || fail "no row with --gap-scale"
+
+# Bad arguments.
+"$replay" --configs bogus "$sample" >/dev/null 2>&1 && fail "an unknown configuration was accepted"
+"$replay" -n 0 "$sample" >/dev/null 2>&1 && fail "-n 0 was accepted"
+"$replay" --library "$tmp/none.so" --configs dedicated/auto "$sample" >/dev/null 2>&1 &&
+    fail "a missing library was accepted"
+"$replay" "$tmp/missing.jsonl" >/dev/null 2>&1 && fail "a missing log was accepted"
+echo "test_replay: ok"
+exit 0

@@ -1,0 +1,164 @@
+#!/bin/sh
+# cupool-report on tests/log/sample.jsonl: the summary's numbers match what
+# an independent reading of the sample (Python's json) gives, malformed
+# lines are reported as FILE:LINE and skipped, and the picture is
+# well-formed XML with a step line per device and series and a bar per
+# size class.  Skipped (77) without python3.
+builddir=${CUPOOL_BUILDDIR:-.}
+srcdir=${CUPOOL_SRCDIR:-..}
+report=$builddir/cupool-report
+sample=$srcdir/tests/log/sample.jsonl
+command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
+[ -x "$report" ] || { echo "no $report"; exit 99; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-test-report.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "test_report: $*" >&2; exit 1; }
+
+"$report" -o "$tmp/out.svg" "$sample" >"$tmp/summary" 2>"$tmp/err" || { cat "$tmp/err"; fail "cupool-report failed"; }
+[ -s "$tmp/err" ] && { cat "$tmp/err"; fail "unexpected messages on stderr"; }
+cat "$tmp/summary"
+
+python3 - "$sample" "$tmp/summary" "$tmp/out.svg" <<'PY' || exit 1
+import json, math, re, sys
+import xml.dom.minidom
+
+sample, summary, svg = sys.argv[1:4]
+records = [dict(json.loads(l), line=n) for n, l in enumerate(open(sample), 1) if l.strip()]
+records.sort(key=lambda r: (r["t"], r["line"]))
+ALLOC = {"cuMemAlloc_v2", "cuMemAllocPitch_v2", "cuMemAlloc", "cuMemAllocPitch"}
+FREE = {"cuMemFree_v2", "cuMemFree", "cuMemFreeAsync", "cuMemFreeAsync_ptsz"}
+
+def dev_name(d):
+    return "device %d" % d if d is not None and 0 <= d < 64 else "no device"
+
+exp = {}
+def dev(name):
+    return exp.setdefault(name, dict(calls={}, allocs=0, pooled=0, native=0, bytes=0, frees=0,
+                                     in_use=0, peak=0, reserved=0, peak_reserved=0, failures={},
+                                     alloc_ns=[], hist={}))
+live = {}
+for r in records:
+    call = r["call"]
+    if call.startswith("cupool."):
+        continue
+    d = r.get("dev", -1)
+    ptr = int(r.get("ptr", "0x0"), 16) if r.get("ptr", "(nil)") != "(nil)" else 0
+    if call in FREE and d < 0 and ptr in live:
+        d = live[ptr][1]
+    s = dev(dev_name(d))
+    s["calls"][call] = s["calls"].get(call, 0) + 1
+    if r.get("result", "CUDA_SUCCESS") != "CUDA_SUCCESS":
+        s["failures"][r["result"]] = s["failures"].get(r["result"], 0) + 1
+        continue
+    if call in ALLOC:
+        s["allocs"] += 1
+        s["pooled" if r["route"] == "pool" else "native"] += 1
+        s["bytes"] += r["size"]
+        s["alloc_ns"].append(r["dur_ns"])
+        if r["size"]:
+            b = r["size"].bit_length() - 1
+            s["hist"][b] = s["hist"].get(b, 0) + 1
+        assert ptr not in live
+        live[ptr] = (r["size"], d)
+        s["in_use"] += r["size"]
+        s["peak"] = max(s["peak"], s["in_use"])
+    elif call in FREE:
+        s["frees"] += 1
+        if ptr in live:
+            size, owner = live.pop(ptr)
+            exp[dev_name(owner)]["in_use"] -= size
+    if (call in ALLOC or call in FREE) and r.get("route") == "pool" and "reserved" in r:
+        s["reserved"] = r["reserved"]
+        s["peak_reserved"] = max(s["peak_reserved"], s["reserved"])
+
+# The report's summary, section by section.
+got, cur = {}, None
+for line in open(summary):
+    m = re.match(r"^(device \d+|no device):$", line)
+    if m:
+        cur = got.setdefault(m.group(1), {})
+        continue
+    m = re.match(r"^  ([a-z ]+): (.*)$", line)
+    if cur is not None and m:
+        cur[m.group(1)] = m.group(2)
+
+def check(name, what, have, want):
+    if have != want:
+        sys.exit("test_report: %s %s: report says %r, expected %r" % (name, what, have, want))
+
+check("report", "devices", sorted(got), sorted(exp))
+for name, s in exp.items():
+    g = got[name]
+    calls = dict(kv.split("=") for kv in g["calls"].split())
+    check(name, "calls", {k: int(v) for k, v in calls.items()}, s["calls"])
+    check(name, "allocations", g["allocations"], "%d pooled=%d native=%d" % (s["allocs"], s["pooled"], s["native"]))
+    check(name, "bytes allocated", int(g["bytes allocated"].split()[0]), s["bytes"])
+    check(name, "frees", int(g["frees"].split()[0]), s["frees"])
+    check(name, "peak in use", int(g["peak in use"].split()[0]), s["peak"])
+    check(name, "in use at end", int(g["in use at end"].split()[0]), s["in_use"])
+    check(name, "peak reserved", int(g["peak reserved"].split()[0]), s["peak_reserved"])
+    fails = " ".join("%s=%d" % kv for kv in sorted(s["failures"].items())) or "none"
+    check(name, "failures", " ".join(sorted(g["failures"].split())), fails)
+    ns = sorted(s["alloc_ns"])
+    if ns:
+        rank = lambda p: ns[max(1, math.ceil(p / 100 * len(ns))) - 1]
+        want = "n=%d p50=%d p90=%d p99=%d max=%d" % (len(ns), rank(50), rank(90), rank(99), ns[-1])
+        check(name, "alloc duration", g["alloc duration ns"], want)
+
+# The histogram lines of each section: "[lo, hi) count ###".
+hist, cur = {}, None
+for line in open(summary):
+    m = re.match(r"^(device \d+|no device):$", line)
+    if m:
+        cur = hist.setdefault(m.group(1), [])
+    m = re.match(r"^    \[(\S+), (\S+)\) (\d+) #+$", line)
+    if m:
+        cur.append(int(m.group(3)))
+for name, s in exp.items():
+    check(name, "histogram", hist.get(name, []), [s["hist"][b] for b in sorted(s["hist"])])
+
+# The picture.
+doc = xml.dom.minidom.parse(svg)
+root = doc.documentElement
+check("svg", "root", root.tagName, "svg")
+lines = root.getElementsByTagName("polyline")
+devices = [n for n, s in exp.items() if s["allocs"]]
+for cls in ("in-use", "reserved"):
+    drawn = [p for p in lines if p.getAttribute("class") == cls]
+    check("svg", cls + " lines", len(drawn), len(devices))
+    for p in drawn:
+        pts = p.getAttribute("points").split()
+        if len(pts) < 4:
+            sys.exit("test_report: a %s line has %d points" % (cls, len(pts)))
+        for xy in pts:
+            x, y = map(float, xy.split(","))
+bars = [r for r in root.getElementsByTagName("rect") if r.getAttribute("class") == "bar"]
+buckets = set()
+for s in exp.values():
+    buckets |= set(s["hist"])
+check("svg", "bars", len(bars), max(buckets) - min(buckets) + 1)
+print("test_report: summary and picture agree with the sample")
+PY
+
+# HTML output holds the same picture.
+"$report" -q -o "$tmp/out.html" "$sample" >"$tmp/quiet" || fail "cupool-report -o out.html failed"
+[ -s "$tmp/quiet" ] && fail "-q printed a summary"
+python3 -c 'import sys, xml.dom.minidom; d = xml.dom.minidom.parse(sys.argv[1]); assert d.getElementsByTagName("svg")' \
+    "$tmp/out.html" || fail "the HTML picture is not well-formed"
+
+# A malformed line is named and skipped; the rest reads as before.
+{ head -n 5 "$sample"; echo '{"t":12,"call":"cuMemAlloc_v2","size":'; echo 'not json'; tail -n +6 "$sample"; } >"$tmp/broken.jsonl"
+"$report" -o "$tmp/broken.svg" "$tmp/broken.jsonl" >"$tmp/broken.summary" 2>"$tmp/broken.err" ||
+    fail "cupool-report gave up on a malformed line"
+grep -q "broken.jsonl:6: " "$tmp/broken.err" || { cat "$tmp/broken.err"; fail "line 6 not reported"; }
+grep -q "broken.jsonl:7: " "$tmp/broken.err" || { cat "$tmp/broken.err"; fail "line 7 not reported"; }
+grep -q ", 2 rejected," "$tmp/broken.summary" || fail "rejected lines not counted"
+sed 1d "$tmp/summary" | grep -v '^picture:' >"$tmp/a"
+sed 1d "$tmp/broken.summary" | grep -v '^picture:' >"$tmp/b"
+cmp -s "$tmp/a" "$tmp/b" || { diff "$tmp/a" "$tmp/b"; fail "a malformed line changed the summary"; }
+
+# Unknown options and missing files fail.
+"$report" --bogus "$sample" >/dev/null 2>&1 && fail "an unknown option was accepted"
+"$report" -o "$tmp/x.svg" "$tmp/missing.jsonl" >/dev/null 2>&1 && fail "a missing log was accepted"
+echo "test_report: ok"
+exit 0
