@@ -25,7 +25,9 @@ typedef struct cupool_stats {
     uint64_t pooled_frees;
     uint64_t in_use;          /* pooled bytes allocated and not freed */
     uint64_t peak_in_use;
-    uint64_t peak_reserved;   /* the most the device's pools held */
+    uint64_t peak_reserved;   /* the most the device's pools held (tracked only
+                                 while CUPOOL_STATS or CUPOOL_LOG is on: it
+                                 costs a driver query per call) */
     uint64_t trims;           /* pool trims after out-of-memory */
     uint64_t oom_retries;
     uint64_t rewritten_memsets;

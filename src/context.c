@@ -339,15 +339,25 @@ static void give_event(cupool_context_t *c, CUevent ev)
     c->spare_events[c->nspare++] = ev;
 }
 
+/* Returns one block to its pool.  Its record leaves the origin table first:
+ * once the pool has it, another thread may be handed the same address. */
+static CUresult release(CUdeviceptr ptr, CUstream stream)
+{
+    cupool_origin_t gone;
+    cupool_origin_remove(ptr, &gone);
+    CUresult r = real_cuMemFreeAsync(ptr, stream);
+    if (r != CUDA_SUCCESS)
+        cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
+                       cupool_result_name(r));
+    return r;
+}
+
 /* Hands a list of blocks back to the pool; their users are all done. */
 static void release_blocks(deferred_block_t *b, CUstream stream)
 {
     while (b) {
         deferred_block_t *next = b->next;
-        CUresult r = real_cuMemFreeAsync(b->ptr, stream);
-        if (r != CUDA_SUCCESS)
-            cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s",
-                           (unsigned long long)b->ptr, cupool_result_name(r));
+        release(b->ptr, stream);
         free(b);
         b = next;
     }
@@ -460,12 +470,17 @@ CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o)
      * synchronization may be touched: hold the block until it ends. */
     if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return defer(c, o->ptr, 1);
     switch (atomic_load_explicit(&c->mode, memory_order_relaxed)) {
-    case CUPOOL_FREE_ORDERED: return real_cuMemFreeAsync(o->ptr, CU_STREAM_LEGACY);
+    case CUPOOL_FREE_ORDERED: return release(o->ptr, CU_STREAM_LEGACY);
     case CUPOOL_FREE_DEFERRED: return defer(c, o->ptr, 0);
     default: {
         CUresult r = real_cuCtxSynchronize();
-        if (r != CUDA_SUCCESS) return r;
-        return real_cuMemFreeAsync(o->ptr, c->private_stream);
+        if (r != CUDA_SUCCESS) {
+            /* A context that cannot synchronize is broken; forget the block. */
+            cupool_origin_t gone;
+            cupool_origin_remove(o->ptr, &gone);
+            return r;
+        }
+        return release(o->ptr, c->private_stream);
     }
     }
 }

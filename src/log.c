@@ -118,6 +118,57 @@ static int open_log(const char *path)
     return fd;
 }
 
+/* fork() without exec: the child must neither write the parent's buffered
+ * lines a second time nor add its own lines to the parent's file when the
+ * path names the pid. */
+static char log_pattern[4096];
+static int start_line_due;
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&buffers_lock);
+    for (log_buffer_t *b = buffers; b; b = b->next) pthread_mutex_lock(&b->lock);
+}
+
+static void fork_parent(void)
+{
+    for (log_buffer_t *b = buffers; b; b = b->next) pthread_mutex_unlock(&b->lock);
+    pthread_mutex_unlock(&buffers_lock);
+}
+
+static void write_start_line(void);
+
+static void fork_child(void)
+{
+    for (log_buffer_t *b = buffers; b; b = b->next) {
+        b->used = 0;
+        pthread_mutex_unlock(&b->lock);
+    }
+    pthread_mutex_unlock(&buffers_lock);
+    if (log_fd != STDERR_FILENO && strstr(log_pattern, "%p")) {
+        char path[sizeof log_pattern + 16];
+        expand_path(log_pattern, path, sizeof path);
+        close(log_fd);
+        log_fd = open_log(path);
+        /* The start line waits for the child's first line: a child that
+         * execs writes its own from the new image instead. */
+        if (log_fd >= 0) start_line_due = 1;
+        else cupool_log_level = -1;
+    }
+}
+
+static void write_start_line(void)
+{
+    char line[LINE_MAX_BYTES];
+    int n = snprintf(line, sizeof line,
+                     "{\"t\":%llu,\"call\":\"cupool.start\",\"pid\":%d,\"version\":\"%s\",\"policy\":\"%s\","
+                     "\"free\":\"%s\",\"memset\":\"%s\"}\n",
+                     (unsigned long long)cupool_now_ns(), (int)getpid(), PACKAGE_VERSION,
+                     cupool_option_string(CUPOOL_OPT_POLICY), cupool_option_string(CUPOOL_OPT_FREE),
+                     cupool_option_string(CUPOOL_OPT_MEMSET));
+    write_all(line, (size_t)n);
+}
+
 void cupool_log_open(void)
 {
     const char *pattern = cupool_option_string(CUPOOL_OPT_LOG);
@@ -131,18 +182,17 @@ void cupool_log_open(void)
     }
     pthread_key_create(&buffer_key, thread_done);
     cupool_log_level = (int)cupool_option(CUPOOL_OPT_LOG_LEVEL);
-    char line[LINE_MAX_BYTES];
-    int n = snprintf(line, sizeof line,
-                     "{\"t\":%llu,\"call\":\"cupool.start\",\"pid\":%d,\"version\":\"%s\",\"policy\":\"%s\","
-                     "\"free\":\"%s\",\"memset\":\"%s\"}\n",
-                     (unsigned long long)cupool_now_ns(), (int)getpid(), PACKAGE_VERSION,
-                     cupool_option_string(CUPOOL_OPT_POLICY), cupool_option_string(CUPOOL_OPT_FREE),
-                     cupool_option_string(CUPOOL_OPT_MEMSET));
-    write_all(line, (size_t)n);
+    snprintf(log_pattern, sizeof log_pattern, "%s", pattern);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    write_start_line();
 }
 
 static void append(const char *line, size_t len, uint64_t now)
 {
+    if (CUPOOL_UNLIKELY(start_line_due)) {
+        start_line_due = 0;
+        write_start_line();
+    }
     log_buffer_t *b = buffer();
     if (!b) return;
     pthread_mutex_lock(&b->lock);
@@ -165,10 +215,10 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
     char line[LINE_MAX_BYTES];
     int n = snprintf(line, sizeof line,
                      "{\"t\":%llu,\"tid\":%d,\"call\":\"%s\",\"ptr\":\"0x%llx\",\"size\":%zu,\"dev\":%d,"
-                     "\"stream\":\"%p\",\"route\":\"%s\",\"mode\":\"%s\",\"result\":\"%s\",\"dur_ns\":%llu,"
+                     "\"stream\":\"0x%llx\",\"route\":\"%s\",\"mode\":\"%s\",\"result\":\"%s\",\"dur_ns\":%llu,"
                      "\"reserved\":%llu}\n",
                      (unsigned long long)c->start_ns, my_buffer ? my_buffer->tid : (int)syscall(SYS_gettid),
-                     cupool_symbol_name(c->sym), (unsigned long long)c->ptr, c->size, c->device, (void *)c->stream,
+                     cupool_symbol_name(c->sym), (unsigned long long)c->ptr, c->size, c->device, (unsigned long long)(uintptr_t)c->stream,
                      route_names[c->route], c->mode >= 0 ? mode_names[c->mode] : "none", cupool_result_name(result),
                      (unsigned long long)(end_ns - c->start_ns), (unsigned long long)c->reserved);
     if (n > 0 && n < (int)sizeof line) append(line, (size_t)n, end_ns);

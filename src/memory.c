@@ -123,7 +123,8 @@ CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     CUPOOL_SHIM_BEGIN(call, cuMemFree_v2);
     call.ptr = dptr;
     cupool_origin_t o;
-    if (!dptr || !cupool_active() || cupool_origin_remove(dptr, &o) != 0) {
+    int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o) : -1;
+    if (claimed < 0) {
         /* Not ours (or nothing): the driver decides, errors included. */
         call.route = CUPOOL_ROUTE_NATIVE;
         CUresult r = real_cuMemFree_v2(dptr);
@@ -134,6 +135,9 @@ CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     call.route = CUPOOL_ROUTE_POOL;
     call.size = o.size;
     call.device = c->device->ordinal;
+    /* A second free of a block still waiting to go back to its pool: what the
+     * driver answers for freeing memory that is no longer allocated. */
+    if (claimed == 1) return cupool_call_end(&call, CUDA_ERROR_INVALID_VALUE);
     call.mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     /* A free runs in the context that allocated the block. */
     int pushed = cupool_enter_context(c->ctx);

@@ -79,6 +79,22 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
     return e ? 0 : -1;
 }
 
+int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out)
+{
+    shard_t *s = shard_of(ptr);
+    entry_t *e;
+    int result = -1;
+    pthread_mutex_lock(&s->lock);
+    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    if (e) {
+        result = e->origin.freed;
+        e->origin.freed = 1;
+        *out = e->origin;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return result;
+}
+
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)
 {
     shard_t *s = shard_of(ptr);
@@ -98,7 +114,7 @@ void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_o
         pthread_mutex_lock(&s->lock);
         HASH_ITER(hh, s->table, e, tmp)
         {
-            if (e->origin.owner != owner) continue;
+            if (e->origin.owner != owner || e->origin.freed) continue;
             HASH_DEL(s->table, e);
             s->count--;
             fn(&e->origin, arg);

@@ -16,16 +16,21 @@ typedef struct cupool_origin {
     size_t size;
     struct cupool_context *owner;
     CUmemoryPool pool;
-    int mode; /* CUPOOL_FREE_* the block was allocated under */
+    int mode;  /* CUPOOL_FREE_* the block was allocated under */
+    int freed; /* the program freed it; cupool still holds it (deferred) */
 } cupool_origin_t;
 
 /* Records a block; 0 on success, -1 when cupool's own host memory ran out. */
 int cupool_origin_insert(const cupool_origin_t *origin);
 /* Removes the block starting at ptr, copying its record to *out; 0 if found. */
 int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out);
+/* Marks the block starting at ptr as freed by the program, copying its
+ * record: 0 on success, 1 when it was already freed (a double free of a block
+ * that is waiting to go back to its pool), -1 when cupool does not know ptr. */
+int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out);
 /* Copies the record of the block starting at ptr without removing it; 0 if found. */
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
-/* Removes every block owned by a context, calling fn on each. */
+/* Removes every block owned by a context and not freed, calling fn on each. */
 void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_origin_t *, void *), void *arg);
 size_t cupool_origin_count(void);
 /* Lock/unlock every shard around fork(). */
