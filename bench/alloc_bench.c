@@ -1,0 +1,458 @@
+/*
+ * alloc_bench: the cost of one device allocation + free pair, by size and
+ * thread count.  Mode `api` issues cuMemAlloc/cuMemFree: the real driver when
+ * run plainly ("native"), cupool when run under it.  The `bare-*` modes issue
+ * the exact pool calls each cupool free mode makes, without cupool, so that
+ * cupool's own overhead is the difference between the two:
+ *   bare-ordered   cuMemAllocFromPoolAsync + cuMemFreeAsync on CU_STREAM_LEGACY
+ *   bare-sync      alloc on a private non-blocking stream + cuStreamSynchronize;
+ *                  free = cuCtxSynchronize + cuMemFreeAsync on that stream
+ *   bare-deferred  alloc as sync (after returning completed blocks); free =
+ *                  cuEventRecord on the legacy stream, the block queued until
+ *                  cuEventQuery says the event completed
+ * Each thread runs its own loop on the primary context; the time reported is
+ * wall time / pairs per thread (so with T threads it is what one thread sees).
+ * Each configuration is warmed up, sized to a target time, timed -r times and
+ * reported as the median (and min/max) per pair, one CSV row each.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* _GNU_SOURCE: dlinfo, RTLD_DEFAULT */
+#endif
+#include <cuda.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MODE_API, MODE_ORDERED, MODE_SYNC, MODE_DEFERRED };
+static const char *const mode_names[] = {"api", "bare-ordered", "bare-sync", "bare-deferred"};
+
+#define MAX_LIST 32
+#define MAX_THREADS 256
+
+static struct {
+    int mode;
+    size_t sizes[MAX_LIST];
+    int nsizes;
+    int threads[MAX_LIST];
+    int nthreads;
+    long iters;          /* per thread per repetition; 0 = sized to `target` */
+    double target;       /* seconds per configuration (all repetitions) */
+    int reps;
+    uint64_t cap;        /* skip a configuration needing more live bytes */
+    const char *csv;
+    const char *label;
+    int device;
+} opt = {.mode = MODE_API, .target = 0.25, .reps = 3, .cap = 32ULL << 30, .device = 0};
+
+static CUcontext ctx;
+static CUmemoryPool pool;
+static CUstream private_stream;
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *errname(CUresult r)
+{
+    const char *s = NULL;
+    if (cuGetErrorName(r, &s) != CUDA_SUCCESS || !s) return "unknown error";
+    return s;
+}
+
+#define CU(call)                                                                                            \
+    do {                                                                                                    \
+        CUresult cu_r_ = (call);                                                                            \
+        if (cu_r_ != CUDA_SUCCESS) {                                                                        \
+            fprintf(stderr, "alloc_bench: %s failed: %s (%d)\n", #call, errname(cu_r_), (int)cu_r_);        \
+            exit(1);                                                                                        \
+        }                                                                                                   \
+    } while (0)
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v <= 0) return -1;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    if (*end) return -1;
+    *out = (size_t)(v * mul);
+    return *out ? 0 : -1;
+}
+
+static int parse_list(const char *arg, int sizes, void *out, int *n)
+{
+    char *copy = strdup(arg), *save = NULL;
+    *n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_LIST) goto bad;
+        if (sizes) {
+            if (parse_size(tok, &((size_t *)out)[*n]) != 0) goto bad;
+        } else {
+            char *end;
+            long v = strtol(tok, &end, 10);
+            if (*end || v < 1 || v > MAX_THREADS) goto bad;
+            ((int *)out)[*n] = (int)v;
+        }
+        (*n)++;
+    }
+    free(copy);
+    return *n ? 0 : -1;
+bad:
+    free(copy);
+    return -1;
+}
+
+/* Is libcupool.so loaded into this process? Its version, or 0. */
+static int cupool_loaded(void)
+{
+    int (*version)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "cupool_version");
+    return version ? version() : 0;
+}
+
+/* The file the loader found for libcuda.so.1 (the real or the simulated driver). */
+static const char *driver_path(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    struct link_map *map = NULL;
+    if (!h || dlinfo(h, RTLD_DI_LINKMAP, &map) != 0 || !map) return "?";
+    return map->l_name;
+}
+
+/* ---- the deferred queue of bare-deferred (mirrors cupool's) ----------------- */
+
+typedef struct deferred {
+    CUdeviceptr ptr;
+    CUevent ev;
+    struct deferred *next;
+} deferred_t;
+
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static deferred_t *head, *tail, *spare; /* spare: nodes with their events, for reuse */
+
+/* Called with queue_lock held: returns every block whose event completed. */
+static CUresult reclaim_locked(int wait)
+{
+    while (head) {
+        CUresult r = wait ? cuEventSynchronize(head->ev) : cuEventQuery(head->ev);
+        if (r == CUDA_ERROR_NOT_READY) return CUDA_SUCCESS;
+        if (r != CUDA_SUCCESS) return r;
+        deferred_t *d = head;
+        head = d->next;
+        if (!head) tail = NULL;
+        r = cuMemFreeAsync(d->ptr, private_stream);
+        d->next = spare;
+        spare = d;
+        if (r != CUDA_SUCCESS) return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult deferred_free(CUdeviceptr p)
+{
+    pthread_mutex_lock(&queue_lock);
+    CUresult r = reclaim_locked(0);
+    deferred_t *d = spare;
+    if (r == CUDA_SUCCESS && d) spare = d->next;
+    else if (r == CUDA_SUCCESS) {
+        d = malloc(sizeof *d);
+        if (!d) r = CUDA_ERROR_OUT_OF_MEMORY;
+        else if ((r = cuEventCreate(&d->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) free(d);
+    }
+    if (r == CUDA_SUCCESS) {
+        d->ptr = p;
+        d->next = NULL;
+        r = cuEventRecord(d->ev, CU_STREAM_LEGACY);
+        if (tail) tail->next = d;
+        else head = d;
+        tail = d;
+    }
+    pthread_mutex_unlock(&queue_lock);
+    return r;
+}
+
+/* ---- one pair in each mode --------------------------------------------------- */
+
+static CUresult pair(size_t size)
+{
+    CUdeviceptr p = 0;
+    CUresult r;
+    switch (opt.mode) {
+    case MODE_API:
+        if ((r = cuMemAlloc(&p, size)) != CUDA_SUCCESS) return r;
+        return cuMemFree(p);
+    case MODE_ORDERED:
+        if ((r = cuMemAllocFromPoolAsync(&p, size, pool, CU_STREAM_LEGACY)) != CUDA_SUCCESS) return r;
+        return cuMemFreeAsync(p, CU_STREAM_LEGACY);
+    case MODE_SYNC:
+        if ((r = cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
+        if ((r = cuStreamSynchronize(private_stream)) != CUDA_SUCCESS) return r;
+        if ((r = cuCtxSynchronize()) != CUDA_SUCCESS) return r;
+        return cuMemFreeAsync(p, private_stream);
+    default: /* MODE_DEFERRED */
+        if (head) { /* unlocked peek, as cupool does */
+            pthread_mutex_lock(&queue_lock);
+            r = reclaim_locked(0);
+            pthread_mutex_unlock(&queue_lock);
+            if (r != CUDA_SUCCESS) return r;
+        }
+        if ((r = cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
+        if ((r = cuStreamSynchronize(private_stream)) != CUDA_SUCCESS) return r;
+        return deferred_free(p);
+    }
+}
+
+/* ---- threads ------------------------------------------------------------------ */
+
+static struct {
+    pthread_barrier_t start, end;
+    size_t size;
+    long n;         /* pairs per thread in this round */
+    int stop;
+    CUresult error; /* first failure of the round */
+} run;
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    CUresult r = cuCtxSetCurrent(ctx);
+    if (r != CUDA_SUCCESS) {
+        CUresult expected = CUDA_SUCCESS;
+        __atomic_compare_exchange_n(&run.error, &expected, r, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    for (;;) {
+        pthread_barrier_wait(&run.start);
+        if (run.stop) break;
+        for (long i = 0; i < run.n && run.error == CUDA_SUCCESS; i++) {
+            r = pair(run.size);
+            if (r != CUDA_SUCCESS) {
+                CUresult expected = CUDA_SUCCESS;
+                __atomic_compare_exchange_n(&run.error, &expected, r, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+            }
+        }
+        pthread_barrier_wait(&run.end);
+    }
+    return NULL;
+}
+
+/* One round of n pairs per thread; returns its wall time (threads parked at
+ * the start barrier between rounds, so thread creation is not timed). */
+static double round_of(long n)
+{
+    run.n = n;
+    double t0 = now();
+    pthread_barrier_wait(&run.start);
+    pthread_barrier_wait(&run.end);
+    return now() - t0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void drain(void)
+{
+    if (opt.mode == MODE_DEFERRED) {
+        pthread_mutex_lock(&queue_lock);
+        CU(reclaim_locked(1));
+        pthread_mutex_unlock(&queue_lock);
+    }
+    CU(cuCtxSynchronize());
+}
+
+static void measure(FILE *csv, size_t size, int threads)
+{
+    if (opt.cap && (uint64_t)size * threads > opt.cap) {
+        fprintf(stderr, "alloc_bench: skipping %zu B x %d threads (over the %" PRIu64 "-byte cap)\n", size, threads,
+                opt.cap);
+        return;
+    }
+    pthread_t tid[MAX_THREADS];
+    memset(&run, 0, sizeof run);
+    run.size = size;
+    pthread_barrier_init(&run.start, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&run.end, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&tid[i], NULL, worker, NULL) != 0) {
+            fprintf(stderr, "alloc_bench: cannot create thread %d\n", i);
+            exit(1);
+        }
+
+    /* Warm-up, which also sizes the timed rounds: double n until a round
+     * takes a twentieth of the target. */
+    long n = opt.iters;
+    double per = 0;
+    if (!n) {
+        long w = 1;
+        double t = 0;
+        for (int k = 0; k < 30 && run.error == CUDA_SUCCESS; k++) {
+            t = round_of(w);
+            if (t >= opt.target / 20 || w >= (1L << 22)) break;
+            w *= 2;
+        }
+        per = t / (double)w;
+        n = per > 0 ? (long)(opt.target / opt.reps / per) : 1000;
+        if (n < 3) n = 3;
+        if (n > 2000000) n = 2000000;
+    } else {
+        round_of(n < 10 ? n : 10);
+    }
+    drain();
+
+    double us[64];
+    int reps = opt.reps > 64 ? 64 : opt.reps;
+    for (int k = 0; k < reps && run.error == CUDA_SUCCESS; k++) {
+        us[k] = round_of(n) / (double)n * 1e6;
+        drain();
+    }
+    run.stop = 1;
+    pthread_barrier_wait(&run.start);
+    for (int i = 0; i < threads; i++) pthread_join(tid[i], NULL);
+    pthread_barrier_destroy(&run.start);
+    pthread_barrier_destroy(&run.end);
+
+    const char *label = opt.label ? opt.label : mode_names[opt.mode];
+    if (run.error != CUDA_SUCCESS) {
+        fprintf(stderr, "alloc_bench: %s %zu B x %d threads failed: %s\n", label, size, threads, errname(run.error));
+        fprintf(csv, "%s,%s,%d,%zu,%d,0,0,,,,%s\n", label, mode_names[opt.mode], cupool_loaded(), size, threads,
+                errname(run.error));
+        fflush(csv);
+        return;
+    }
+    double sorted[64];
+    memcpy(sorted, us, sizeof(double) * (size_t)reps);
+    qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
+    double median = reps % 2 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
+    fprintf(csv, "%s,%s,%d,%zu,%d,%ld,%d,%.4f,%.4f,%.4f,ok\n", label, mode_names[opt.mode], cupool_loaded(), size,
+            threads, n, reps, median, sorted[0], sorted[reps - 1]);
+    fflush(csv);
+    fprintf(stderr, "alloc_bench: %-16s %11zu B x %2d threads: %10.3f us/pair (%ld pairs x %d)\n", label, size,
+            threads, median, n, reps);
+}
+
+/* ---- main ----------------------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: alloc_bench [-m MODE] [-s SIZES] [-t THREADS] [-n ITERS] [-T SECONDS] [-r REPS]\n"
+            "                   [-c CAP] [-o CSV] [-l LABEL] [-d DEVICE]\n"
+            "  -m MODE     api (cuMemAlloc/cuMemFree; cupool when preloaded), bare-ordered,\n"
+            "              bare-sync, bare-deferred (default api)\n"
+            "  -s SIZES    comma list with K/M/G suffixes (default 256,4K,64K,1M,16M,256M,1G)\n"
+            "  -t THREADS  comma list (default 1,4,16)\n"
+            "  -n ITERS    pairs per thread per timed round (default 0: sized to -T)\n"
+            "  -T SECONDS  target time per configuration (default 0.25)\n"
+            "  -r REPS     timed rounds; the median is reported (default 3)\n"
+            "  -c CAP      skip configurations needing more than CAP live bytes (default 32G, 0 = none)\n"
+            "  -o CSV      append rows to CSV (header written when the file is empty; default stdout)\n"
+            "  -l LABEL    label of the rows (default: the mode)\n"
+            "  -d DEVICE   device ordinal (default 0)\n");
+}
+
+int main(int argc, char **argv)
+{
+    parse_list("256,4K,64K,1M,16M,256M,1G", 1, opt.sizes, &opt.nsizes);
+    parse_list("1,4,16", 0, opt.threads, &opt.nthreads);
+    int c;
+    while ((c = getopt(argc, argv, "m:s:t:n:T:r:c:o:l:d:h")) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 'm':
+            opt.mode = -1;
+            for (int i = 0; i < 4; i++)
+                if (strcmp(optarg, mode_names[i]) == 0) opt.mode = i;
+            if (opt.mode < 0) goto bad;
+            break;
+        case 's': if (parse_list(optarg, 1, opt.sizes, &opt.nsizes) != 0) goto bad; break;
+        case 't': if (parse_list(optarg, 0, opt.threads, &opt.nthreads) != 0) goto bad; break;
+        case 'n': opt.iters = strtol(optarg, &end, 10); if (*end || opt.iters < 0) goto bad; break;
+        case 'T': opt.target = strtod(optarg, &end); if (*end || opt.target <= 0) goto bad; break;
+        case 'r': opt.reps = (int)strtol(optarg, &end, 10); if (*end || opt.reps < 1 || opt.reps > 64) goto bad; break;
+        case 'c': {
+            size_t cap = 0;
+            if (strcmp(optarg, "0") != 0 && parse_size(optarg, &cap) != 0) goto bad;
+            opt.cap = cap;
+            break;
+        }
+        case 'o': opt.csv = optarg; break;
+        case 'l': opt.label = optarg; break;
+        case 'd': opt.device = (int)strtol(optarg, &end, 10); if (*end || opt.device < 0) goto bad; break;
+        case 'h': usage(stdout); return 0;
+        default: goto bad;
+        }
+    }
+    if (optind != argc) goto bad;
+
+    if (opt.mode != MODE_API && cupool_loaded())
+        fprintf(stderr, "alloc_bench: warning: %s measures the pool calls without cupool, but cupool is loaded\n",
+                mode_names[opt.mode]);
+
+    CUdevice dev;
+    CU(cuInit(0));
+    fprintf(stderr, "alloc_bench: mode %s, driver %s, cupool %s\n", mode_names[opt.mode], driver_path(),
+            cupool_loaded() ? "loaded" : "not loaded");
+    CU(cuDeviceGet(&dev, opt.device));
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+    if (opt.mode != MODE_API) {
+        /* The pool cupool's `dedicated` policy makes: pinned device memory,
+         * no release threshold. */
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        CU(cuMemPoolCreate(&pool, &props));
+        cuuint64_t threshold = UINT64_MAX;
+        CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+        if (opt.mode != MODE_ORDERED) CU(cuStreamCreate(&private_stream, CU_STREAM_NON_BLOCKING));
+    }
+
+    FILE *csv = stdout;
+    if (opt.csv) {
+        csv = fopen(opt.csv, "a");
+        if (!csv) {
+            fprintf(stderr, "alloc_bench: cannot open %s: %s\n", opt.csv, strerror(errno));
+            return 1;
+        }
+    }
+    if (csv == stdout || (fseek(csv, 0, SEEK_END) == 0 && ftell(csv) == 0))
+        fprintf(csv, "label,mode,cupool,size,threads,iters,reps,us_median,us_min,us_max,status\n");
+
+    for (int s = 0; s < opt.nsizes; s++)
+        for (int t = 0; t < opt.nthreads; t++) measure(csv, opt.sizes[s], opt.threads[t]);
+
+    if (opt.mode == MODE_DEFERRED) drain();
+    if (private_stream) cuStreamDestroy(private_stream);
+    if (pool) cuMemPoolDestroy(pool);
+    cuDevicePrimaryCtxRelease(dev);
+    if (csv != stdout) fclose(csv);
+    return 0;
+bad:
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Runs bench/alloc_bench in every configuration side by side and compares:
+
+  native            cuMemAlloc + cuMemFree on the real driver
+  bare-MODE         the pool calls of cupool's free MODE, issued directly
+  cupool-MODE       cuMemAlloc + cuMemFree under cupool with CUPOOL_FREE=MODE
+  cupool-auto-log   as cupool-auto with CUPOOL_LOG to a file (1 thread)
+
+Each run is its own process; its CSV rows are merged into RESULTS/alloc.csv
+and RESULTS/alloc.json (rows, targets) and a table is printed.
+
+Targets: cupool-MODE / bare-MODE <= 1.10 (auto compares with bare-ordered,
+which is what auto does in a program without non-blocking streams);
+native / cupool-auto >= 50 at 1 MiB, 1 thread; log on - log off <= 0.5 us.
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as B  # noqa: E402
+
+MODES = ["ordered", "deferred", "sync", "auto"]
+BARE_OF = {"ordered": "bare-ordered", "deferred": "bare-deferred", "sync": "bare-sync", "auto": "bare-ordered"}
+
+
+def human(size):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return "%d %s" % (size >> shift, unit)
+    return "%d B" % size
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.environ.get("ALLOC_BENCH", "bench/alloc_bench"),
+                    help="the alloc_bench binary (default bench/alloc_bench)")
+    ap.add_argument("--cupool", default="scripts/cupool", help="the cupool launcher")
+    ap.add_argument("--library", help="libcupool.so (default $CUPOOL_LIBRARY)")
+    ap.add_argument("--out", default="bench-results", help="results directory")
+    ap.add_argument("--sizes", default="256,4K,64K,1M,16M,256M,1G")
+    ap.add_argument("--threads", default="1,4,16")
+    ap.add_argument("--log-sizes", default=None, help="sizes of the logging run (default: --sizes)")
+    ap.add_argument("--target-time", type=float, default=0.25, help="seconds per configuration")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--cap", default="17G", help="skip configurations needing more live bytes")
+    ap.add_argument("--log-file", default="/tmp/cupool-alloc-bench-%p.jsonl")
+    ap.add_argument("--timeout", type=int, default=240, help="seconds per run")
+    args = ap.parse_args()
+
+    lib = B.library_path(args.cupool, args.library)
+    if not lib or not os.path.exists(lib):
+        sys.exit("alloc_bench.py: cannot find libcupool.so (use --library or CUPOOL_LIBRARY)")
+    if not os.access(args.bin, os.X_OK):
+        sys.exit("alloc_bench.py: %s is not built" % args.bin)
+    logdir = os.path.join(args.out, "logs", "alloc")
+    csvdir = os.path.join(args.out, "alloc")
+    os.makedirs(csvdir, exist_ok=True)
+    common = ["-s", args.sizes, "-t", args.threads, "-T", str(args.target_time), "-r", str(args.reps),
+              "-c", args.cap]
+
+    runs = [("native", "api", None, None, common)]
+    runs += [("bare-" + m, "bare-" + m, None, None, common) for m in ("ordered", "sync", "deferred")]
+    runs += [("cupool-" + m, "api", m, None, common) for m in MODES]
+    log_common = ["-s", args.log_sizes or args.sizes, "-t", "1", "-T", str(args.target_time),
+                  "-r", str(args.reps), "-c", args.cap]
+    runs += [("cupool-auto-log", "api", "auto", args.log_file, log_common)]
+
+    errors, rows, notes = [], [], []
+    for label, mode, free, log_path, opts in runs:
+        path = os.path.join(csvdir, label + ".csv")
+        if os.path.exists(path):
+            os.unlink(path)
+        cmd = [args.bin, "-m", mode, "-l", label, "-o", path] + opts
+        if free:
+            env = B.clean_env({"CUPOOL_LIBRARY": lib})
+            cmd = B.cupool_prefix(args.cupool, free=free, log_path=log_path) + cmd
+        else:
+            env = B.clean_env()
+        rc, out, err = B.run(cmd, env, args.timeout, logdir, label)
+        if rc != 0:
+            errors.append("%s: exit %s: %s" % (label, rc, B.tail(err, 3)))
+        if log_path:
+            # The log of a process is named after its pid: remove what was written.
+            pattern = log_path.replace("%p", "")
+            d, base = os.path.split(pattern)
+            size = 0
+            for f in os.listdir(d or "."):
+                stem, ext = os.path.splitext(base)
+                if f.startswith(stem) and f.endswith(ext):
+                    full = os.path.join(d, f)
+                    size += os.path.getsize(full)
+                    os.unlink(full)
+            notes.append("the logging run wrote %.1f MB of log" % (size / 1e6))
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                loaded = r["cupool"] not in ("", "0")
+                if loaded != bool(free):
+                    errors.append("%s: cupool %s loaded in this run" % (label, "was" if loaded else "was not"))
+                r["size"] = int(r["size"])
+                r["threads"] = int(r["threads"])
+                r["us"] = float(r["us_median"]) if r["status"] == "ok" else None
+                rows.append(r)
+
+    by = {(r["label"], r["size"], r["threads"]): r["us"] for r in rows}
+    sizes = sorted({r["size"] for r in rows})
+    threads = sorted({r["threads"] for r in rows})
+    summary = []
+    for s in sizes:
+        for t in threads:
+            row = {"size": human(s), "size_bytes": s, "threads": t}
+            for label in ["native", "bare-ordered", "bare-sync", "bare-deferred"] + ["cupool-" + m for m in MODES]:
+                row[label] = by.get((label, s, t))
+            for m in MODES:
+                row["ratio-" + m] = B.ratio(row["cupool-" + m], row[BARE_OF[m]])
+            row["native/cupool"] = B.ratio(row["native"], row["cupool-auto"])
+            logged = by.get(("cupool-auto-log", s, t))
+            row["cupool-auto-log"] = logged
+            row["log-delta"] = logged - row["cupool-auto"] if logged is not None and row["cupool-auto"] is not None \
+                else None
+            summary.append(row)
+
+    print("\nalloc_bench: microseconds per cuMemAlloc + cuMemFree pair (median), and ratios\n")
+    B.table(summary, [("size", "size"), ("threads", "thr"), ("native", "native"),
+                      ("bare-ordered", "bare-ord"), ("cupool-ordered", "cp-ord"), ("ratio-ordered", "cp/bare"),
+                      ("bare-deferred", "bare-def"), ("cupool-deferred", "cp-def"), ("ratio-deferred", "cp/bare"),
+                      ("bare-sync", "bare-sync"), ("cupool-sync", "cp-sync"), ("ratio-sync", "cp/bare"),
+                      ("cupool-auto", "cp-auto"), ("ratio-auto", "auto/bare-ord"),
+                      ("native/cupool", "native/cp-auto"), ("log-delta", "log +us")])
+
+    targets = []
+    for m in MODES:
+        one = [(r["ratio-" + m], r["size"]) for r in summary if r["threads"] == 1 and r["ratio-" + m] is not None]
+        allr = [(r["ratio-" + m], "%s x%d" % (r["size"], r["threads"])) for r in summary
+                if r["ratio-" + m] is not None]
+        if one:
+            worst = max(one)
+            targets.append(B.target("alloc: cupool-%s / %s, 1 thread (worst size)" % (m, BARE_OF[m]),
+                                    worst[0], "<=", 1.10, "x", "worst at %s" % worst[1]))
+        else:
+            targets.append(B.target("alloc: cupool-%s / %s, 1 thread (worst size)" % (m, BARE_OF[m]),
+                                    None, "<=", 1.10, "x"))
+        if allr and len(threads) > 1:
+            worst = max(allr)
+            targets.append(B.target("alloc: cupool-%s / %s, any threads (worst)" % (m, BARE_OF[m]),
+                                    worst[0], "<=", 1.10, "x", "worst at %s" % worst[1]))
+    mib = [r for r in summary if r["size_bytes"] == 1 << 20 and r["threads"] == 1]
+    targets.append(B.target("alloc: native / cupool-auto at 1 MiB, 1 thread",
+                            mib[0]["native/cupool"] if mib else None, ">=", 50, "x"))
+    deltas = [(r["log-delta"], r["size"]) for r in summary if r["threads"] == 1 and r["log-delta"] is not None]
+    worst = max(deltas) if deltas else (None, "")
+    targets.append(B.target("alloc: CUPOOL_LOG on - off per pair, 1 thread (worst size)", worst[0], "<=", 0.5,
+                            " us", "worst at %s" % worst[1] if deltas else ""))
+    print()
+    B.print_targets(targets)
+    for e in errors:
+        print("error: " + e)
+
+    with open(os.path.join(args.out, "alloc.csv"), "w") as f:
+        fields = ["label", "mode", "cupool", "size", "threads", "iters", "reps", "us_median", "us_min", "us_max",
+                  "status"]
+        w = csv.DictWriter(f, fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    B.write_results(args.out, "alloc", {
+        "benchmark": "alloc", "rows": rows, "summary": summary, "targets": targets, "errors": errors,
+        "notes": notes, "config": {"sizes": args.sizes, "threads": args.threads, "target_time": args.target_time,
+                                   "reps": args.reps, "cap": args.cap}})
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""Shared helpers of cupool's benchmark drivers (bench/*.py).
+
+Every driver runs each configuration in its own process (allocator settings
+and LD_PRELOAD are per process), collects one JSON line or CSV per run, and
+writes RESULTS/<name>.json:
+
+    {"benchmark": name, "rows": [...], "targets": [...], "checks": [...],
+     "errors": [...], "notes": [...], "config": {...}}
+
+A target is {"name", "value", "op" ("<=" or ">="), "threshold", "unit",
+"met" (true/false/null when unmeasured), "detail"}.  make_report.py and the
+summary of scripts/bench-gpu.sh read only these files.
+"""
+
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.path.dirname(HERE)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def median(values):
+    v = sorted(x for x in values if x is not None and not math.isnan(x))
+    if not v:
+        return None
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt(x, digits=3):
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        if x != 0 and (abs(x) >= 1e5 or abs(x) < 10 ** -digits):
+            return "%.3g" % x
+        return "%.*f" % (digits, x)
+    return str(x)
+
+
+def target(name, value, op, threshold, unit="", detail=""):
+    met = None
+    if value is not None:
+        met = value <= threshold if op == "<=" else value >= threshold
+    return {"name": name, "value": value, "op": op, "threshold": threshold,
+            "unit": unit, "met": met, "detail": detail}
+
+
+def table(rows, columns, out=sys.stdout):
+    """Prints rows (dicts) as an aligned text table; columns = [(key, title)]."""
+    cells = [[title for _, title in columns]]
+    for r in rows:
+        cells.append([fmt(r.get(k)) for k, _ in columns])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    for n, line in enumerate(cells):
+        print("  ".join(c.rjust(w) if n and i else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(line, widths))), file=out)
+        if n == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+    out.flush()
+
+
+def print_targets(targets, out=sys.stdout):
+    rows = []
+    for t in targets:
+        rows.append({"target": t["name"], "value": t["value"],
+                     "want": "%s %s%s" % (t["op"], fmt(t["threshold"]), t["unit"]),
+                     "met": "MET" if t["met"] else ("not met" if t["met"] is False else "n/a")})
+    table(rows, [("target", "target"), ("value", "value"), ("want", "want"), ("met", "")], out)
+
+
+# ---- environment and processes --------------------------------------------------
+
+def clean_env(extra=None):
+    """The environment of a run without cupool: no preload, no CUPOOL_* options
+    (CUPOOL_LIBRARY kept for the launcher), plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "LD_PRELOAD" and not (k.startswith("CUPOOL_") and k != "CUPOOL_LIBRARY")}
+    env.update(extra or {})
+    return env
+
+
+def library_path(launcher=None, library=None):
+    """libcupool.so: --library, else $CUPOOL_LIBRARY, else beside the launcher's build."""
+    if library:
+        return os.path.abspath(library)
+    if os.environ.get("CUPOOL_LIBRARY"):
+        return os.environ["CUPOOL_LIBRARY"]
+    if launcher:
+        guess = os.path.join(os.path.dirname(os.path.abspath(launcher)), "..", ".libs", "libcupool.so")
+        if os.path.exists(guess):
+            return os.path.normpath(guess)
+    return None
+
+
+def cupool_prefix(launcher, free=None, log_path=None, stats=False):
+    cmd = [launcher]
+    if free:
+        cmd += ["--free", free]
+    if log_path:
+        cmd += ["--log", log_path]
+    if stats:
+        cmd += ["--stats"]
+    return cmd + ["--"]
+
+
+def run(cmd, env, timeout, logdir=None, name=None):
+    """Runs cmd; returns (rc, stdout, stderr).  rc is None on a timeout, a
+    failure to start, or when $BENCH_DEADLINE (epoch seconds) is near: then
+    the remaining runs are skipped so that the driver still writes results.  stdout/stderr are saved in logdir/name.{out,err}."""
+    deadline = float(os.environ.get("BENCH_DEADLINE") or 0)
+    if deadline:
+        left = deadline - time.time()
+        if left < 10:
+            log("- skipped (past BENCH_DEADLINE): " + " ".join(shlex.quote(c) for c in cmd))
+            return None, "", "skipped: the run was out of time (BENCH_DEADLINE)\n"
+        timeout = min(timeout, int(left))
+    log("+ " + " ".join(shlex.quote(c) for c in cmd))
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout, universal_newlines=True)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = None
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = (e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or ""))
+        err += "\n[timed out after %ss]\n" % timeout
+    except OSError as e:
+        rc, out, err = None, "", "cannot run: %s\n" % e
+    if logdir and name:
+        os.makedirs(logdir, exist_ok=True)
+        with open(os.path.join(logdir, name + ".out"), "w") as f:
+            f.write(out)
+        with open(os.path.join(logdir, name + ".err"), "w") as f:
+            f.write(err)
+    log("  rc=%s in %.1fs" % (rc, time.time() - t0))
+    return rc, out, err
+
+
+def json_lines(text):
+    """The JSON objects printed one per line in text (other lines ignored)."""
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                pass
+    return found
+
+
+def tail(text, n=6):
+    lines = [l for l in text.splitlines() if l.strip()]
+    return "\n".join(lines[-n:])
+
+
+def write_results(outdir, name, data):
+    os.makedirs(outdir, exist_ok=True)
+    data.setdefault("benchmark", name)
+    path = os.path.join(outdir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    log("wrote " + path)
+    return path
+
+
+# ---- inside a worker process ------------------------------------------------------
+
+def cupool_info():
+    """What the preloaded cupool (if any) says about itself: version and the
+    stats of device 0 (peak_reserved is tracked only with CUPOOL_LOG/STATS)."""
+    try:
+        import ctypes
+        lib = ctypes.CDLL(None)
+        version = lib.cupool_version()
+    except (OSError, AttributeError):
+        return None
+    info = {"version": version}
+    try:
+        import ctypes
+
+        class Stats(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_uint64) for n in (
+                "pooled_allocs", "native_allocs", "pooled_frees", "in_use", "peak_in_use",
+                "peak_reserved", "trims", "oom_retries", "rewritten_memsets")]
+
+        s = Stats()
+        if lib.cupool_get_stats(0, ctypes.byref(s)) == 0:
+            info.update({n: getattr(s, n) for n, _ in Stats._fields_})
+    except (OSError, AttributeError):
+        pass
+    return info
+
+
+class DeviceMemory(object):
+    """Device memory in use as NVML sees it (the real number, whatever the
+    allocator and whatever cupool reports through cuMemGetInfo); falls back to
+    a callable giving (free, total) through the CUDA API."""
+
+    def __init__(self, mem_get_info=None, index=0):
+        self.fallback = mem_get_info
+        self.nvml = None
+        self.handle = None
+        self.source = "none"
+        try:
+            import ctypes
+            nvml = ctypes.CDLL("libnvidia-ml.so.1")
+            if nvml.nvmlInit_v2() == 0:
+                handle = ctypes.c_void_p()
+                if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) == 0:
+                    self.nvml, self.handle, self.source = nvml, handle, "nvml"
+        except (OSError, AttributeError):
+            pass
+        if not self.nvml and mem_get_info:
+            self.source = "cuMemGetInfo"
+        self.baseline = self.used()
+        self.peak = self.baseline
+
+    def used(self):
+        if self.nvml:
+            import ctypes
+
+            class Memory(ctypes.Structure):
+                _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                            ("used", ctypes.c_ulonglong)]
+
+            m = Memory()
+            if self.nvml.nvmlDeviceGetMemoryInfo(self.handle, ctypes.byref(m)) == 0:
+                return int(m.used)
+        if self.fallback:
+            try:
+                free, total = self.fallback()
+                return int(total - free)
+            except Exception:  # noqa: BLE001 - a sample is optional
+                return None
+        return None
+
+    def sample(self):
+        u = self.used()
+        if u is not None and (self.peak is None or u > self.peak):
+            self.peak = u
+        return u
+
+    def peak_mib(self):
+        if self.peak is None or self.baseline is None:
+            return None
+        return (self.peak - self.baseline) / 2.0 ** 20

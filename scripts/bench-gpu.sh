@@ -1,0 +1,179 @@
+#!/bin/sh
+# scripts/bench-gpu.sh [RESULTS_DIR]: on a GPU machine, build cupool (out of
+# tree, in $CUPOOL_BUILD, default build-gpu/) if needed and run every
+# benchmark: the allocation pair (bench/alloc_bench.py), loop.cu with cudart
+# static and shared (bench/loop_bench.py), CuPy, PyTorch, and
+# bench/memset_bench when it is built.  Writes JSON/CSV results, logs and
+# pictures into RESULTS_DIR (default bench-results/), a generated
+# RESULTS_DIR/BENCHMARKS.md, and prints every target with met / not met.
+# Finishes within BENCH_BUDGET seconds (default 570): each stage gets a share
+# and the drivers skip what is left when their deadline comes.
+#
+# Environment: CUPOOL_BUILD (build dir), UTHASH_DIR (default .vendor/uthash),
+# CUDA_HOME (default /usr/local/cuda), JOBS (make -j, default 16),
+# BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc loop cupy torch memset).
+set -u
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-bench-results}
+mkdir -p "$out" || exit 1
+out=$(cd "$out" && pwd)
+build=${CUPOOL_BUILD:-$src/build-gpu}
+uthash=${UTHASH_DIR:-$src/.vendor/uthash}
+cuda=${CUDA_HOME:-/usr/local/cuda}
+jobs=${JOBS:-16}
+budget=${BENCH_BUDGET:-570}
+only=${BENCH_ONLY:-alloc loop cupy torch memset}
+start=$(date +%s)
+python=${PYTHON:-python3}
+PATH="$cuda/bin:$PATH"
+export PATH
+
+say() { printf '\n=== %s (%ss)\n' "$*" $(($(date +%s) - start)); }
+want() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# The stage's deadline: now + its cap, never past the whole budget (less 25 s
+# for pictures and the report).
+deadline() {
+    d=$(($(date +%s) + $1))
+    g=$((start + budget - 25))
+    [ "$d" -gt "$g" ] && d=$g
+    echo "$d"
+}
+
+# ---- build ----------------------------------------------------------------------
+say "build in $build"
+if [ ! -f "$build/Makefile" ]; then
+    if [ ! -x "$src/configure" ]; then
+        (cd "$src" && autoreconf -fi) >"$out/build.log" 2>&1 || { echo "autoreconf failed: see $out/build.log"; tail -20 "$out/build.log"; exit 1; }
+    fi
+    mkdir -p "$build"
+    (cd "$build" && "$src/configure" --with-uthash="$uthash" --with-cuda="$cuda") >>"$out/build.log" 2>&1 ||
+        { echo "configure failed: see $out/build.log"; tail -20 "$out/build.log"; exit 1; }
+fi
+if ! make -C "$build" -j"$jobs" >>"$out/build.log" 2>&1; then
+    echo "warning: 'make' failed (see $out/build.log); building only what the benchmarks need"
+    make -C "$build" -j"$jobs" libcupool.la scripts/cupool bench/alloc_bench >>"$out/build.log" 2>&1 ||
+        { tail -30 "$out/build.log"; exit 1; }
+fi
+lib=$build/.libs/libcupool.so
+launcher=$build/scripts/cupool
+[ -f "$lib" ] && [ -x "$launcher" ] || { echo "no $lib or $launcher after the build"; exit 1; }
+CUPOOL_LIBRARY=$lib
+export CUPOOL_LIBRARY
+unset LD_PRELOAD
+
+# ---- the machine ------------------------------------------------------------------
+"$python" - "$out/machine.json" "$src" "$cuda" <<'EOF' 2>>"$out/build.log"
+import json, os, platform, subprocess, sys
+out, src, cuda = sys.argv[1:4]
+def cmd(*c):
+    try:
+        return subprocess.run(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              timeout=60).stdout.strip()
+    except Exception as e:
+        return "unavailable (%s)" % e
+m = {}
+m["GPU"] = cmd("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader")
+m["CUDA toolkit"] = cmd(os.path.join(cuda, "bin", "nvcc"), "--version").splitlines()[-1]
+m["host compiler"] = cmd("gcc", "--version").splitlines()[0]
+m["kernel"] = platform.release()
+try:
+    cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")]
+    m["CPU"] = "%s x %d" % (cpu[0], len(cpu))
+except Exception:
+    pass
+m["python"] = platform.python_version()
+for mod in ("torch", "cupy", "numpy"):
+    v = cmd(sys.executable, "-c", "import %s; print(%s.__version__)" % (mod, mod)).splitlines()
+    m[mod] = v[-1] if v else "?"
+m["cupool commit"] = cmd("git", "-C", src, "describe", "--always", "--dirty")
+json.dump(m, open(out, "w"), indent=1)
+for k, v in m.items():
+    print("%-14s %s" % (k, v))
+EOF
+
+status=0
+run_stage() { # name cap command...
+    name=$1 cap=$2
+    shift 2
+    BENCH_DEADLINE=$(deadline "$cap")
+    export BENCH_DEADLINE
+    say "$name (up to $((BENCH_DEADLINE - $(date +%s)))s)"
+    # The drivers stop on their own at the deadline; timeout is the backstop.
+    { timeout -k 10 $((BENCH_DEADLINE - $(date +%s) + 30)) "$@" 2>"$out/$name.stderr"; echo $? >"$out/$name.rc"; } |
+        tee "$out/$name.txt"
+    rc=$(cat "$out/$name.rc" 2>/dev/null || echo 1)
+    [ "$rc" -eq 0 ] || { echo "($name: exit $rc; see $out/$name.stderr)"; status=1; }
+}
+
+# ---- the allocation pair ---------------------------------------------------------------
+want alloc && run_stage alloc 150 "$python" "$src/bench/alloc_bench.py" --bin "$build/bench/alloc_bench" \
+    --cupool "$launcher" --library "$lib" --out "$out"
+
+# ---- loop.cu, cudart static and shared ----------------------------------------------------
+if want loop; then
+    bindir=$build/bench-loop
+    mkdir -p "$bindir"
+    for kind in static shared; do
+        if [ ! -x "$bindir/loop_$kind" ] || [ -n "$(find "$src/bench/loop.cu" -newer "$bindir/loop_$kind" 2>/dev/null)" ]; then
+            nvcc -O2 -arch=native -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bindir/loop_$kind" \
+                "$src/bench/loop.cu" >>"$out/build.log" 2>&1 ||
+                nvcc -O2 -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bindir/loop_$kind" \
+                    "$src/bench/loop.cu" >>"$out/build.log" 2>&1 || echo "nvcc failed for loop_$kind"
+        fi
+    done
+    run_stage loop 90 "$python" "$src/bench/loop_bench.py" --bindir "$bindir" --cupool "$launcher" \
+        --library "$lib" --out "$out"
+fi
+
+# ---- CuPy and PyTorch -------------------------------------------------------------------------
+want cupy && run_stage cupy 90 "$python" "$src/bench/cupy_bench.py" --cupool "$launcher" --library "$lib" \
+    --out "$out"
+want torch && run_stage torch 240 "$python" "$src/bench/torch_bench.py" --cupool "$launcher" --library "$lib" \
+    --out "$out"
+
+# ---- graph memsets (bench/memset_bench, written separately; run if built) ----------------------
+memset=$build/bench/memset_bench
+if want memset && [ -x "$memset" ]; then
+    BENCH_DEADLINE=$(deadline 90)
+    left=$((BENCH_DEADLINE - $(date +%s)))
+    say "memset (up to ${left}s)"
+    if [ "$left" -gt 15 ]; then
+        half=$((left / 2))
+        timeout -k 5 "$half" "$memset" >"$out/memset.native.txt" 2>&1
+        echo $? >"$out/memset.native.rc"
+        timeout -k 5 "$half" "$launcher" --stats -- "$memset" >"$out/memset.cupool.txt" 2>&1
+        echo $? >"$out/memset.cupool.rc"
+        cat "$out/memset.native.txt" "$out/memset.cupool.txt"
+        "$python" - "$out" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+runs = []
+for name in ("native", "cupool"):
+    text = open(os.path.join(out, "memset.%s.txt" % name), errors="replace").read()
+    rc = open(os.path.join(out, "memset.%s.rc" % name)).read().strip()
+    runs.append({"name": "memset_bench (%s)" % name, "rc": int(rc) if rc.lstrip("-").isdigit() else rc,
+                 "output": "\n".join(text.splitlines()[-40:])})
+checks = [{"name": "%s exits 0" % r["name"], "ok": r["rc"] == 0} for r in runs]
+json.dump({"benchmark": "memset", "runs": runs, "checks": checks, "targets": [], "errors": []},
+          open(os.path.join(out, "memset.json"), "w"), indent=1)
+EOF
+    else
+        echo "memset: skipped, out of time"
+    fi
+elif want memset; then
+    say "memset: $memset is not built; skipped"
+fi
+
+# ---- pictures, report, summary -------------------------------------------------------------------
+say "pictures and report"
+unset BENCH_DEADLINE
+"$python" "$src/bench/plots.py" "$out" || status=1
+"$python" "$src/bench/make_report.py" "$out" >"$out/BENCHMARKS.md" || status=1
+echo "report: $out/BENCHMARKS.md (docs: python3 bench/make_report.py $out > docs/BENCHMARKS.md;"
+echo "        mkdir -p docs/img && cp $out/img/*.png $out/img/*.svg docs/img/)"
+say "summary of targets"
+"$python" "$src/bench/make_report.py" --summary "$out"
+echo "total $(($(date +%s) - start)) s; results in $out"
+exit $status

@@ -1,0 +1,275 @@
+#!/bin/sh
+# scripts/gpu-tests.sh [OUTPUT_DIR]: cupool's tests on a real GPU.
+#   1. builds cupool out of tree ($CUPOOL_BUILD, default build-gpu/) if needed
+#   2. make check CUPOOL_TEST_DRIVER=real (the test programs on the real driver)
+#   3. every test program under compute-sanitizer --tool memcheck
+#      --track-stream-ordered-races all, once per free mode
+#      (CUPOOL_FREE=ordered|deferred|sync|auto), plus bench/loop.cu (two
+#      non-blocking streams freeing buffers kernels still use) in the modes
+#      that are correct for it (deferred, sync, auto)
+#   4. proofs that cupool sees the allocations of a cudart-static and a
+#      cudart-shared program, of PyTorch (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+#      and of CuPy (no memory pool): their CUPOOL_STATS counts
+# Logs go to OUTPUT_DIR (default gpu-test-results/); a pass/fail table ends it,
+# and the exit status is 0 only when nothing failed.
+#
+# The library is preloaded under compute-sanitizer the way `make check` does
+# it: the sanitizer runs tests/run-test.sh, which prepends libcupool.so to
+# LD_PRELOAD (keeping anything the sanitizer put there) and execs the test
+# program; the sanitizer follows the exec (same process, its injection
+# variables inherited).  CUPOOL_STATS=1 in each run proves cupool was there.
+#
+# Environment: CUPOOL_BUILD, UTHASH_DIR, CUDA_HOME, JOBS, SANITIZER_JOBS
+# (parallel sanitizer runs, default 4), TESTS_BUDGET (seconds, default 560),
+# GPU_TESTS_DRIVER (real, or sim for a dry run of this script without a GPU).
+set -u
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+self=$src/scripts/gpu-tests.sh
+build=${CUPOOL_BUILD:-$src/build-gpu}
+driver=${GPU_TESTS_DRIVER:-real}
+cuda=${CUDA_HOME:-/usr/local/cuda}
+PATH="$cuda/bin:$cuda/compute-sanitizer:$PATH"
+export PATH
+
+# ---- one sanitizer run (the script calls itself through xargs) ----------------------
+# gpu-tests.sh --sanitize OUTDIR NAME MODE STATS PROGRAM [ARGS...]
+# MODE auto runs with no CUPOOL_* variable at all (as make check does); the
+# others set CUPOOL_FREE.  STATS=1 adds CUPOOL_STATS=1 (not for the test
+# programs: some check that the environment holds no option).
+if [ "${1:-}" = "--sanitize" ]; then
+    out=$2 name=$3 mode=$4 stats=$5
+    shift 5
+    base=$out/sanitizer/$name.$mode
+    if [ -n "${TESTS_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$TESTS_DEADLINE" ]; then
+        echo "$name $mode SKIP out-of-time" >"$base.result"
+        exit 0
+    fi
+    vars="CUPOOL_TEST_DRIVER=$driver"
+    [ "$mode" = auto ] || vars="$vars CUPOOL_FREE=$mode"
+    [ "$stats" = 1 ] && vars="$vars CUPOOL_STATS=1"
+    sanitize() {
+        timeout -k 10 240 compute-sanitizer --tool memcheck --track-stream-ordered-races all \
+            --target-processes all --error-exitcode 86 --log-file "$base.sanitizer.log" "$@" >"$base.out" 2>&1
+    }
+    # Form a: the sanitizer runs tests/run-test.sh, which preloads cupool and
+    # execs the program.  Form b (if the sanitizer did not follow): the
+    # preload is set on the sanitizer itself.
+    form=a
+    # shellcheck disable=SC2086 # $vars: NAME=VALUE words
+    sanitize env -u CUPOOL_FREE -u CUPOOL_STATS $vars "$src/tests/run-test.sh" "$@"
+    rc=$?
+    if ! grep -q "ERROR SUMMARY" "$base.sanitizer.log" 2>/dev/null ||
+        { [ "$stats" = 1 ] && ! grep -q "cupool: statistics" "$base.out"; }; then
+        mv "$base.out" "$base.form-a.out" 2>/dev/null
+        mv "$base.sanitizer.log" "$base.form-a.sanitizer.log" 2>/dev/null
+        form=b
+        # shellcheck disable=SC2086
+        env -u CUPOOL_FREE -u CUPOOL_STATS $vars LD_PRELOAD="$CUPOOL_LIBRARY" sh -c \
+            "$(command -v compute-sanitizer) --tool memcheck --track-stream-ordered-races all --target-processes all \
+             --error-exitcode 86 --log-file '$base.sanitizer.log' \"\$@\" >'$base.out' 2>&1" sh "$@"
+        rc=$?
+    fi
+    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$base.sanitizer.log" 2>/dev/null | tail -1)
+    pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$base.out" | awk '{s += $1} END {print s + 0}')
+    if [ "$rc" -eq 77 ]; then
+        verdict=SKIP
+    elif [ "${errors:-x}" != 0 ]; then
+        verdict=FAIL          # memory errors or races found, or the sanitizer did not run
+    elif [ "$rc" -eq 0 ]; then
+        verdict=PASS
+    elif [ "$mode" = auto ]; then
+        verdict=FAIL          # the test failed in its normal configuration
+    else
+        verdict=TESTFAIL      # clean for the sanitizer, but the test's own checks fail with CUPOOL_FREE forced
+    fi
+    detail="rc=$rc sanitizer-errors=${errors:-none} form=$form"
+    [ "$stats" = 1 ] && detail="$detail pooled-allocs=$pooled"
+    echo "$name $mode $verdict $detail" >"$base.result"
+    exit 0
+fi
+
+out=${1:-gpu-test-results}
+mkdir -p "$out/check" "$out/sanitizer" "$out/proofs" || exit 1
+out=$(cd "$out" && pwd)
+uthash=${UTHASH_DIR:-$src/.vendor/uthash}
+jobs=${JOBS:-16}
+sjobs=${SANITIZER_JOBS:-4}
+start=$(date +%s)
+budget=${TESTS_BUDGET:-560}
+results=$out/summary.txt
+: >"$results"
+say() { printf '\n=== %s (%ss)\n' "$*" $(($(date +%s) - start)); }
+record() { echo "$*" >>"$results"; } # NAME RESULT DETAIL...
+
+# ---- build ------------------------------------------------------------------------------
+say "build in $build"
+if [ ! -f "$build/Makefile" ]; then
+    if [ ! -x "$src/configure" ]; then
+        (cd "$src" && autoreconf -fi) >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+    fi
+    mkdir -p "$build"
+    (cd "$build" && "$src/configure" --with-uthash="$uthash" --with-cuda="$cuda") >>"$out/build.log" 2>&1 ||
+        { tail -20 "$out/build.log"; exit 1; }
+fi
+if make -C "$build" -j"$jobs" >>"$out/build.log" 2>&1; then
+    record "build PASS"
+else
+    record "build FAIL see build.log"
+    tail -30 "$out/build.log"
+fi
+CUPOOL_LIBRARY=$build/.libs/libcupool.so
+CUPOOL_BUILDDIR=$build
+CUPOOL_SRCDIR=$src
+export CUPOOL_LIBRARY CUPOOL_BUILDDIR CUPOOL_SRCDIR
+unset LD_PRELOAD
+launcher=$build/scripts/cupool
+
+if [ "$driver" = sim ]; then
+    LD_LIBRARY_PATH=$build/tests/sim/.libs
+    export LD_LIBRARY_PATH
+    realcuda=sim
+fi
+# Test programs are linked with -no-install against the simulated libcuda
+# (tests/sim/.libs): libtool gives them a RUNPATH there.  LD_LIBRARY_PATH
+# beats RUNPATH, so point it at the real driver's directory.
+[ "$driver" = sim ] || realcuda=$(/sbin/ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')
+[ -n "$realcuda" ] || realcuda=$( (/sbin/ldconfig -p || ldconfig -p) 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}')
+for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 /usr/lib/wsl/lib; do
+    [ -n "$realcuda" ] || [ ! -e "$d/libcuda.so.1" ] || realcuda=$d/libcuda.so.1
+done
+if [ "$driver" = sim ]; then
+    :
+elif [ -n "$realcuda" ]; then
+    LD_LIBRARY_PATH=$(dirname "$realcuda")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+    echo "real driver: $realcuda"
+else
+    echo "warning: ldconfig does not list libcuda.so.1; test programs may load the simulated driver"
+fi
+
+# ---- make check on the real driver ---------------------------------------------------------------
+say "make check CUPOOL_TEST_DRIVER=$driver"
+make -C "$build" -j4 check CUPOOL_TEST_DRIVER="$driver" >"$out/check/make-check.log" 2>&1
+rc=$?
+(cd "$build" && find . -name '*.log' -path '*tests*' ! -path './config.log' -exec cp --parents {} "$out/check/" \;) 2>/dev/null
+cp "$build/test-suite.log" "$out/check/" 2>/dev/null
+sed -n 's/^\(PASS\|FAIL\|SKIP\|XFAIL\|XPASS\|ERROR\): /\1 /p' "$out/check/make-check.log" | while read -r verdict name; do
+    record "check:$name $verdict"
+done
+grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$out/check/make-check.log" | tr '\n' ' '
+echo
+[ "$rc" -eq 0 ] && record "make-check PASS" || record "make-check FAIL exit $rc, see check/make-check.log"
+
+# Which driver did a test program load?
+first=$(find "$build/tests" -maxdepth 1 -type f -perm -u+x -name 'test_*' 2>/dev/null | head -1)
+[ -n "$first" ] && ldd "$first" 2>/dev/null | grep libcuda | sed 's/^/driver seen by tests: /'
+
+# ---- bench/loop.cu (for the sanitizer and the proofs) ---------------------------------------
+bindir=$build/bench-loop
+mkdir -p "$bindir"
+for kind in static shared; do
+    if [ ! -x "$bindir/loop_$kind" ] || [ -n "$(find "$src/bench/loop.cu" -newer "$bindir/loop_$kind" 2>/dev/null)" ]; then
+        nvcc -O2 -arch=native -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bindir/loop_$kind" "$src/bench/loop.cu" \
+            >>"$out/build.log" 2>&1 ||
+            nvcc -O2 -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bindir/loop_$kind" "$src/bench/loop.cu" \
+                >>"$out/build.log" 2>&1 || record "nvcc-loop_$kind FAIL see build.log"
+    fi
+done
+
+# ---- compute-sanitizer -----------------------------------------------------------------------------
+say "compute-sanitizer memcheck --track-stream-ordered-races all ($sjobs at a time)"
+TESTS_DEADLINE=$((start + budget - 90)) # keep time for the proofs
+export TESTS_DEADLINE
+list=$out/sanitizer/runs.txt
+: >"$list"
+# Test programs: the ELF executables make check built under tests/ (not the simulator).
+for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '*/.libs/*' ! -name '*.sh' 2>/dev/null | sort); do
+    head -c 4 "$prog" | grep -q 'ELF' || continue
+    name=$(echo "${prog#"$build"/}" | tr '/' '_')
+    for mode in ordered deferred sync auto; do
+        echo "$name $mode 0 $prog" >>"$list"
+    done
+done
+for kind in static shared; do
+    [ -x "$bindir/loop_$kind" ] || continue
+    for mode in deferred sync auto; do
+        echo "loop_$kind $mode 1 $bindir/loop_$kind --iters 10 --reps 1 --elems 65536" >>"$list"
+    done
+done
+echo "$(wc -l <"$list") sanitizer runs"
+OUT=$out
+export OUT
+# shellcheck disable=SC2016
+xargs -P "$sjobs" -L 1 sh -c 'n=$1 m=$2 s=$3; shift 3; exec "$0" --sanitize "$OUT" "$n" "$m" "$s" "$@"' "$self" <"$list"
+for f in "$out"/sanitizer/*.result; do
+    [ -f "$f" ] || continue
+    # shellcheck disable=SC2046 # the fields of the result line
+    set -- $(cat "$f")
+    n=$1 m=$2 v=$3
+    shift 3
+    record "sanitizer:$n:$m $v $*"
+done
+
+# ---- proofs: cupool sees cudart static/shared, PyTorch, CuPy allocations ----------------------------
+say "proofs (CUPOOL_STATS=1)"
+unset TESTS_DEADLINE
+for kind in static shared; do
+    [ -x "$bindir/loop_$kind" ] || { record "proof:cudart-$kind FAIL not built"; continue; }
+    timeout -k 5 120 "$launcher" --stats -- "$bindir/loop_$kind" --iters 50 --reps 1 >"$out/proofs/cudart-$kind.out" 2>&1
+    rc=$?
+    calls=$(sed -n 's/.*"cudaMalloc_calls": \([0-9]*\).*/\1/p' "$out/proofs/cudart-$kind.out")
+    seen=$(sed -n 's/^cupool: *cuMemAlloc_v2 *\([0-9]*\) *$/\1/p' "$out/proofs/cudart-$kind.out" | head -1)
+    line=$(grep -m1 'cupool: *cuMemAlloc_v2 ' "$out/proofs/cudart-$kind.out")
+    if [ "$rc" -eq 0 ] && [ -n "$seen" ] && [ -n "$calls" ] && [ "$seen" -ge "$calls" ]; then
+        record "proof:cudart-$kind PASS $calls cudaMalloc, stats line: $line"
+    else
+        record "proof:cudart-$kind FAIL rc=$rc cudaMalloc=${calls:-?} cuMemAlloc_v2=${seen:-none}"
+    fi
+done
+
+cat >"$out/proofs/proof_torch.py" <<'EOF'
+import torch
+x = [torch.full((1 << 20,), float(i), device="cuda") for i in range(8)]
+y = sum(x)
+del x
+z = torch.randn(1024, 1024, device="cuda")
+w = (z @ z.t()).sum()
+torch.cuda.synchronize()
+assert float(y[0]) == 28.0, float(y[0])
+print("torch", torch.__version__, "ok", float(w) > 0)
+EOF
+cat >"$out/proofs/proof_cupy.py" <<'EOF'
+import cupy as cp
+cp.cuda.set_allocator(None)
+a = [cp.full((1 << 20,), i, dtype=cp.float32) for i in range(8)]
+s = sum(a)
+del a
+assert float(s[0]) == 28.0, float(s[0])
+print("cupy", cp.__version__, "ok")
+EOF
+for fw in torch cupy; do
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 5 180 "$launcher" --stats -- python3 "$out/proofs/proof_$fw.py" \
+        >"$out/proofs/$fw.out" 2>&1
+    rc=$?
+    seen=$(sed -n 's/^cupool: *cuMemAlloc_v2 *\([0-9]*\) *$/\1/p' "$out/proofs/$fw.out" | head -1)
+    pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$out/proofs/$fw.out" | head -1)
+    if grep -q 'No module named' "$out/proofs/$fw.out"; then
+        record "proof:$fw SKIP not installed"
+    elif [ "$rc" -eq 0 ] && [ "${seen:-0}" -ge 8 ] && [ "${pooled:-0}" -ge 8 ]; then
+        record "proof:$fw PASS cuMemAlloc_v2=$seen pooled=$pooled"
+    else
+        record "proof:$fw FAIL rc=$rc cuMemAlloc_v2=${seen:-none} pooled=${pooled:-none}"
+    fi
+done
+
+# ---- summary -----------------------------------------------------------------------------------------
+say "summary"
+awk '{ printf "%-58s %-5s", $1, $2; $1 = ""; $2 = ""; sub(/^ +/, ""); print " " $0 }' "$results"
+pass=$(awk '$2 == "PASS"' "$results" | wc -l)
+fail=$(awk '$2 == "FAIL"' "$results" | wc -l)
+skip=$(awk '$2 == "SKIP"' "$results" | wc -l)
+testfail=$(awk '$2 == "TESTFAIL"' "$results" | wc -l)
+[ "$testfail" -eq 0 ] || echo "TESTFAIL: memcheck clean, but the test's own checks failed with CUPOOL_FREE forced (see sanitizer/NAME.MODE.out)"
+echo "PASS $pass  FAIL $fail  TESTFAIL $testfail  SKIP $skip   (total $(($(date +%s) - start)) s; logs in $out)"
+[ "$fail" -eq 0 ]

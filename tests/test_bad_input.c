@@ -1,0 +1,352 @@
+/*
+ * Proves bad input gets exactly the driver's own answer through cupool (the
+ * libeatmydata rule: keep each function's contract, errors included).  A
+ * table of bad calls -- NULL out-pointers, size 0, a bogus pointer, a double
+ * free, a pointer into the middle of a block, a free after the block's
+ * context was destroyed, bad cuMemAllocPitch arguments, cuMemGetInfo with NULL,
+ * calls before cuInit and without a context -- runs natively in a child
+ * without cupool and then with cupool in every free mode and with every
+ * option set to a bad value; the CUresult of every row must be the same.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static CUcontext primary;
+
+static CUresult before_init(void)
+{
+    CUdeviceptr p;
+    return cuMemAlloc(&p, 4096);
+}
+static CUresult free_before_init(void) { return cuMemFree((CUdeviceptr)0x10000); }
+static CUresult info_before_init(void)
+{
+    size_t f, t;
+    return cuMemGetInfo(&f, &t);
+}
+static CUresult no_context(void)
+{
+    CHECK_CU(cuCtxSetCurrent(NULL));
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAlloc(&p, 4096);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    CHECK_CU(cuCtxSetCurrent(primary));
+    return r;
+}
+static CUresult free_no_context(void)
+{
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 4096));
+    CHECK_CU(cuCtxSetCurrent(NULL));
+    CUresult r = cuMemFree(p);
+    CHECK_CU(cuCtxSetCurrent(primary));
+    if (r != CUDA_SUCCESS) CHECK_CU(cuMemFree(p));
+    return r;
+}
+static CUresult null_out(void) { return cuMemAlloc(NULL, 4096); }
+static CUresult size_zero(void)
+{
+    CUdeviceptr p = 0;
+    return cuMemAlloc(&p, 0);
+}
+static CUresult null_out_size_zero(void) { return cuMemAlloc(NULL, 0); }
+static CUresult huge(void)
+{
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAlloc(&p, (size_t)1 << 62);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult free_null(void) { return cuMemFree(0); }
+static CUresult free_bogus(void) { return cuMemFree((CUdeviceptr)0xdead0000ull); }
+static CUresult free_host_pointer(void)
+{
+    static char host[64];
+    return cuMemFree((CUdeviceptr)(uintptr_t)host);
+}
+static CUresult double_free(void)
+{
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 1 << 20));
+    CHECK_CU(cuMemFree(p));
+    return cuMemFree(p);
+}
+static CUresult double_free_later(void)
+{
+    /* The second free comes after other traffic; nothing lives at p then. */
+    CUdeviceptr p, q;
+    CHECK_CU(cuMemAlloc(&p, 1 << 16));
+    CHECK_CU(cuMemFree(p));
+    CHECK_CU(cuMemAlloc(&q, 1 << 20));
+    CHECK_CU(cuMemFree(q));
+    return cuMemFree(p);
+}
+static CUresult free_interior(void)
+{
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 1 << 20));
+    CUresult r = cuMemFree(p + 256);
+    if (r != CUDA_SUCCESS) CHECK_CU(cuMemFree(p));
+    return r;
+}
+static CUresult free_end(void)
+{
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 1 << 20));
+    CUresult r = cuMemFree(p + (1 << 20));
+    CHECK_CU(cuMemFree(p));
+    return r;
+}
+static CUresult free_async_bogus(void) { return cuMemFreeAsync((CUdeviceptr)0xdead0000ull, NULL); }
+static CUresult pitch_element_3(void)
+{
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 10, 3);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult pitch_element_0(void)
+{
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 10, 0);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult pitch_element_32(void)
+{
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 10, 32);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult pitch_width_0(void)
+{
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, 0, 10, 4);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult pitch_height_0(void)
+{
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 0, 4);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult pitch_null_pitch(void)
+{
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAllocPitch(&p, NULL, 1000, 10, 4);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult pitch_null_ptr(void)
+{
+    size_t pitch;
+    return cuMemAllocPitch(NULL, &pitch, 1000, 10, 4);
+}
+static CUresult pitch_huge(void)
+{
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, (size_t)1 << 40, (size_t)1 << 30, 4);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    return r;
+}
+static CUresult info_null_free(void)
+{
+    size_t total;
+    return cuMemGetInfo(NULL, &total);
+}
+static CUresult info_null_total(void)
+{
+    size_t f;
+    return cuMemGetInfo(&f, NULL);
+}
+static CUresult info_null_both(void) { return cuMemGetInfo(NULL, NULL); }
+static CUresult ipc_null_handle(void)
+{
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 4096));
+    CUresult r = cuIpcGetMemHandle(NULL, p);
+    CHECK_CU(cuMemFree(p));
+    return r;
+}
+static CUresult free_after_ctx_destroy(void)
+{
+    CUdevice dev;
+    CUcontext c;
+    CHECK_CU(cuDeviceGet(&dev, 0));
+    CHECK_CU(cuCtxCreate(&c, NULL, 0, dev));
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 1 << 20));
+    CHECK_CU(cuCtxDestroy(c));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    return cuMemFree(p);
+}
+static CUresult alloc_in_destroyed_ctx(void)
+{
+    CUdevice dev;
+    CUcontext c;
+    CHECK_CU(cuDeviceGet(&dev, 0));
+    CHECK_CU(cuCtxCreate(&c, NULL, 0, dev));
+    CHECK_CU(cuCtxDestroy(c));
+    /* Destroying the current context leaves... whatever the driver leaves. */
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAlloc(&p, 4096);
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    CHECK_CU(cuCtxSetCurrent(primary));
+    return r;
+}
+
+static const struct row {
+    const char *name;
+    CUresult (*call)(void);
+    int needs_init;
+} rows[] = {
+    {"cuMemAlloc before cuInit", before_init, 0},
+    {"cuMemFree before cuInit", free_before_init, 0},
+    {"cuMemGetInfo before cuInit", info_before_init, 0},
+    {"cuMemAlloc without a context", no_context, 1},
+    {"cuMemFree without a context", free_no_context, 1},
+    {"cuMemAlloc(NULL, 4096)", null_out, 1},
+    {"cuMemAlloc(&p, 0)", size_zero, 1},
+    {"cuMemAlloc(NULL, 0)", null_out_size_zero, 1},
+    {"cuMemAlloc(&p, 2^62)", huge, 1},
+    {"cuMemFree(0)", free_null, 1},
+    {"cuMemFree(bogus)", free_bogus, 1},
+    {"cuMemFree(host pointer)", free_host_pointer, 1},
+    {"double cuMemFree", double_free, 1},
+    {"double cuMemFree after other traffic", double_free_later, 1},
+    {"cuMemFree(p + 256)", free_interior, 1},
+    {"cuMemFree(p + size)", free_end, 1},
+    {"cuMemFreeAsync(bogus)", free_async_bogus, 1},
+    {"cuMemAllocPitch element size 3", pitch_element_3, 1},
+    {"cuMemAllocPitch element size 0", pitch_element_0, 1},
+    {"cuMemAllocPitch element size 32", pitch_element_32, 1},
+    {"cuMemAllocPitch width 0", pitch_width_0, 1},
+    {"cuMemAllocPitch height 0", pitch_height_0, 1},
+    {"cuMemAllocPitch NULL pitch", pitch_null_pitch, 1},
+    {"cuMemAllocPitch NULL pointer", pitch_null_ptr, 1},
+    {"cuMemAllocPitch 2^70 bytes", pitch_huge, 1},
+    {"cuMemGetInfo(NULL, &total)", info_null_free, 1},
+    {"cuMemGetInfo(&free, NULL)", info_null_total, 1},
+    {"cuMemGetInfo(NULL, NULL)", info_null_both, 1},
+    {"cuIpcGetMemHandle(NULL, p)", ipc_null_handle, 1},
+    {"cuMemFree after cuCtxDestroy", free_after_ctx_destroy, 1},
+    {"cuMemAlloc after destroying the current context", alloc_in_destroyed_ctx, 1},
+};
+#define NROWS (sizeof rows / sizeof rows[0])
+
+/* Runs the table, printing "index result" per row. */
+static int table(void)
+{
+    int inited = 0;
+    for (size_t i = 0; i < NROWS; i++) {
+        if (rows[i].needs_init && !inited) {
+            primary = tl_init(0);
+            inited = 1;
+        }
+        printf("%zu %d\n", i, (int)rows[i].call());
+        fflush(stdout);
+    }
+    /* And the program still works. */
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 1 << 20));
+    tl_fill(p, 1 << 20, 0xabcdef01);
+    CHECK_EQ(tl_spot_check(p, 1 << 20, 0xabcdef01), 0);
+    CHECK_CU(cuMemFree(p));
+    if (check_cupool_loaded()) {
+        cupool_stats_t s = tl_stats(0);
+        printf("pooled %llu\n", (unsigned long long)s.pooled_allocs);
+    }
+    return 0;
+}
+
+static int parse(const char *out, CUresult *results)
+{
+    int n = 0;
+    for (size_t i = 0; i < NROWS; i++) results[i] = (CUresult)-1;
+    for (const char *line = out; line && *line;) {
+        size_t i;
+        int r;
+        if (sscanf(line, "%zu %d", &i, &r) == 2 && i < NROWS) {
+            results[i] = (CUresult)r;
+            n++;
+        }
+        const char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--table") == 0) return table();
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+
+    const char *args[] = {"--table", NULL};
+    tl_child_t native;
+    tl_run_self(args, NULL, 1, 60, &native);
+    if (native.status != 0) {
+        tl_child_dump("native", &native);
+        CHECK_FAIL("the table failed natively");
+    }
+    CUresult expected[NROWS];
+    CHECK_EQ(parse(native.out, expected), NROWS);
+
+    static const char *const runs[][8] = {
+        {"CUPOOL_FREE=auto", NULL},
+        {"CUPOOL_FREE=ordered", NULL},
+        {"CUPOOL_FREE=deferred", NULL},
+        {"CUPOOL_FREE=sync", NULL},
+        {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL},
+        {"CUPOOL_POLICY=split", NULL},
+        {"CUPOOL_POLICY=off", NULL},
+        {"CUPOOL_POLICY=bad", "CUPOOL_FREE=bad", "CUPOOL_MIN_SIZE=-1", "CUPOOL_LIMIT=1.5", "CUPOOL_MEMSET=?",
+         "CUPOOL_STATS=2", "CUPOOL_VERBOSE=x", NULL},
+    };
+    int failed = 0;
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        char what[256] = "";
+        for (const char *const *e = runs[k]; *e; e++) {
+            strcat(what, *e);
+            strcat(what, " ");
+        }
+        tl_child_t c;
+        tl_run_self(args, runs[k], 0, 60, &c);
+        CUresult got[NROWS];
+        int n = parse(c.out, got);
+        int bad = c.status != 0 || n != (int)NROWS;
+        for (size_t i = 0; i < NROWS; i++) {
+            if (got[i] == expected[i]) continue;
+            fprintf(stderr, "%s: %-48s native %s (%d), cupool %s (%d)\n", what, rows[i].name,
+                    check_result_name(expected[i]), (int)expected[i],
+                    (int)got[i] == -1 ? "(no result)" : check_result_name(got[i]), (int)got[i]);
+            bad = 1;
+        }
+        int policy_off = strstr(what, "POLICY=off") != NULL;
+        if (!policy_off && !strstr(c.out, "pooled ") ) bad = 1;
+        if (!policy_off && strstr(c.out, "pooled 0\n")) {
+            fprintf(stderr, "%s: nothing was pooled\n", what);
+            bad = 1;
+        }
+        if (bad) {
+            tl_child_dump(what, &c);
+            failed++;
+        }
+        printf("%-60s %s\n", what, bad ? "FAILED" : "same results as the driver");
+        tl_child_free(&c);
+    }
+    tl_child_free(&native);
+    return failed ? 1 : 0;
+}

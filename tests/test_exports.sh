@@ -1,0 +1,77 @@
+#!/bin/sh
+# Proves libcupool.so exports exactly what it means to: every entry point of
+# src/symbols.h's CUPOOL_HANDLED list, the public API (cupool_version,
+# cupool_get_stats) and dlsym at GLIBC_2.2.5 and (default) GLIBC_2.34; nothing
+# else and nothing less (in the manner of jansson's check-exports).  The list
+# is derived from symbols.h, so adding a row there keeps this test honest, and
+# a hard-coded minimum catches a parse that silently finds nothing.
+srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+builddir=${CUPOOL_BUILDDIR:-$(pwd)}
+lib=$builddir/.libs/libcupool.so
+NM=${NM:-nm}
+
+command -v "$NM" >/dev/null 2>&1 || { echo "test_exports: $NM not found: skipped"; exit 77; }
+[ -f "$lib" ] || { echo "test_exports: $lib missing" >&2; exit 99; }
+[ -f "$srcdir/src/symbols.h" ] || { echo "test_exports: $srcdir/src/symbols.h missing" >&2; exit 99; }
+
+tmp=${TMPDIR:-/tmp}/cupool-exports.$$
+trap 'rm -f "$tmp".*' EXIT INT TERM
+
+# The rows of the CUPOOL_HANDLED X-macro: from its #define to the first line
+# that does not continue it.
+awk '
+    /^#define CUPOOL_HANDLED\(X\)/ { inside = 1; next }
+    inside {
+        if (match($0, /^[ \t]*X\([ \t]*[A-Za-z_][A-Za-z0-9_]*/)) {
+            row = substr($0, RSTART, RLENGTH); sub(/^[ \t]*X\([ \t]*/, "", row); print row
+        }
+        if ($0 !~ /\\[ \t]*$/) inside = 0
+    }' "$srcdir/src/symbols.h" >"$tmp.handled"
+
+count=$(wc -l <"$tmp.handled")
+if [ "$count" -lt 10 ]; then
+    echo "test_exports: found only $count CUPOOL_HANDLED rows in symbols.h: the parse is broken" >&2
+    exit 1
+fi
+{
+    cat "$tmp.handled"
+    echo cupool_version
+    echo cupool_get_stats
+    echo dlsym@GLIBC_2.2.5
+    echo dlsym@@GLIBC_2.34
+} | sort -u >"$tmp.expected"
+
+# Whatever happens to symbols.h, these must be there.
+for must in cuMemAlloc_v2 cuMemFree_v2 cuGetProcAddress_v2 cuGetProcAddress cuInit \
+    dlsym@GLIBC_2.2.5 dlsym@@GLIBC_2.34 cupool_version cupool_get_stats; do
+    grep -qx "$must" "$tmp.expected" || { echo "test_exports: $must missing from the expected list" >&2; exit 1; }
+done
+
+# Defined dynamic symbols; version nodes (type A) are not symbols anyone can
+# call.  cupool's own version node is dropped from the names of its exports
+# (cuInit@@CUPOOL_0 is cuInit to a program linked against libcuda).
+"$NM" -D --defined-only "$lib" >"$tmp.nm" || { echo "test_exports: $NM failed" >&2; exit 99; }
+awk '$2 != "A" { print $3 }' "$tmp.nm" | sed -e 's/@@CUPOOL_0$//' | sort -u >"$tmp.actual"
+
+status=0
+extra=$(comm -13 "$tmp.expected" "$tmp.actual")
+missing=$(comm -23 "$tmp.expected" "$tmp.actual")
+if [ -n "$extra" ]; then
+    echo "test_exports: exported but not intended:" >&2
+    echo "$extra" | sed 's/^/  /' >&2
+    status=1
+fi
+if [ -n "$missing" ]; then
+    echo "test_exports: intended but not exported:" >&2
+    echo "$missing" | sed 's/^/  /' >&2
+    status=1
+fi
+# The shims must be functions, not data.
+notext=$(awk '$2 != "A" && $2 != "T" && $2 != "i" { print }' "$tmp.nm")
+if [ -n "$notext" ]; then
+    echo "test_exports: exports that are not functions:" >&2
+    echo "$notext" | sed 's/^/  /' >&2
+    status=1
+fi
+[ $status -eq 0 ] && echo "test_exports: $(wc -l <"$tmp.actual") symbols as intended"
+exit $status

@@ -1,0 +1,189 @@
+/*
+ * GPU only (skipped unless CUPOOL_TEST_DRIVER=real): proves cupool does not
+ * fall into the trap of a naive redirect of cuMemFree to cuMemFreeAsync.  A
+ * kernel spins for ~50 ms and then writes a pattern into its buffer; the
+ * program frees the buffer at once (natively cuMemFree waits for the
+ * kernel), allocates the same size again and fills it with another pattern
+ * on another stream.  The old kernel must never clobber the new block.  Runs
+ * for blocking and non-blocking streams in every free mode (one process
+ * each), and natively to check the test itself.  With CUPOOL_FREE=ordered
+ * forced on a non-blocking stream, corruption is the documented expectation
+ * (DESIGN.md): it is asserted whenever the new block reused the old address.
+ *
+ * The kernel is PTX text generated once with
+ *   nvcc -ptx -arch=compute_75 spin.cu   (then .version lowered to 7.0)
+ * from:
+ *   extern "C" __global__ void cupool_test_spin_write(unsigned *buf,
+ *       unsigned long long n, unsigned pattern, unsigned long long spin_ns)
+ *   {
+ *       unsigned long long start, now;
+ *       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+ *       do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+ *       while (now - start < spin_ns);
+ *       for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x
+ *            + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x)
+ *           buf[i] = pattern;
+ *   }
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char spin_ptx[] =
+    ".version 7.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    "	// .globl	cupool_test_spin_write\n"
+    ".visible .entry cupool_test_spin_write(\n"
+    "	.param .u64 cupool_test_spin_write_param_0,\n"
+    "	.param .u64 cupool_test_spin_write_param_1,\n"
+    "	.param .u32 cupool_test_spin_write_param_2,\n"
+    "	.param .u64 cupool_test_spin_write_param_3\n"
+    ")\n"
+    "{\n"
+    "	.reg .pred 	%p<4>;\n"
+    "	.reg .b32 	%r<6>;\n"
+    "	.reg .b64 	%rd<20>;\n"
+    "	ld.param.u64 	%rd11, [cupool_test_spin_write_param_0];\n"
+    "	ld.param.u64 	%rd8, [cupool_test_spin_write_param_1];\n"
+    "	ld.param.u32 	%r1, [cupool_test_spin_write_param_2];\n"
+    "	ld.param.u64 	%rd9, [cupool_test_spin_write_param_3];\n"
+    "	cvta.to.global.u64 	%rd1, %rd11;\n"
+    "	mov.u64 %rd10, %globaltimer;\n"
+    "$L__BB0_1:\n"
+    "	mov.u64 %rd12, %globaltimer;\n"
+    "	sub.s64 	%rd13, %rd12, %rd10;\n"
+    "	setp.lt.u64 	%p1, %rd13, %rd9;\n"
+    "	@%p1 bra 	$L__BB0_1;\n"
+    "	mov.u32 	%r2, %ctaid.x;\n"
+    "	mov.u32 	%r3, %ntid.x;\n"
+    "	cvt.u64.u32 	%rd3, %r3;\n"
+    "	mul.wide.u32 	%rd14, %r2, %r3;\n"
+    "	mov.u32 	%r4, %tid.x;\n"
+    "	cvt.u64.u32 	%rd15, %r4;\n"
+    "	add.s64 	%rd19, %rd14, %rd15;\n"
+    "	setp.ge.u64 	%p2, %rd19, %rd8;\n"
+    "	@%p2 bra 	$L__BB0_5;\n"
+    "	mov.u32 	%r5, %nctaid.x;\n"
+    "	cvt.u64.u32 	%rd16, %r5;\n"
+    "	mul.lo.s64 	%rd5, %rd16, %rd3;\n"
+    "$L__BB0_4:\n"
+    "	shl.b64 	%rd17, %rd19, 2;\n"
+    "	add.s64 	%rd18, %rd1, %rd17;\n"
+    "	st.global.u32 	[%rd18], %r1;\n"
+    "	add.s64 	%rd19, %rd19, %rd5;\n"
+    "	setp.lt.u64 	%p3, %rd19, %rd8;\n"
+    "	@%p3 bra 	$L__BB0_4;\n"
+    "$L__BB0_5:\n"
+    "	ret;\n"
+    "}\n"
+    ;
+
+#define WORDS ((size_t)16 << 20) /* 64 MiB */
+#define OLD_PATTERN 0xdeadbeefu
+#define NEW_PATTERN 0x600d600du
+#define TRIES 5
+
+static CUfunction spin;
+
+/* One try: returns the number of words of the new block not holding the new
+ * pattern; *reused says whether the new block overlaps the old one. */
+static size_t one_try(CUstream kernel_stream, CUstream fill_stream, uint32_t *host, int *reused)
+{
+    size_t bytes = WORDS * 4;
+    CUdeviceptr old_buf, new_buf;
+    CHECK_CU(cuMemAlloc(&old_buf, bytes));
+    unsigned long long n = WORDS, spin_ns = 50ull * 1000 * 1000;
+    unsigned pattern = OLD_PATTERN;
+    void *params[] = {&old_buf, &n, &pattern, &spin_ns};
+    CHECK_CU(cuLaunchKernel(spin, 264, 1, 1, 256, 1, 1, 0, kernel_stream, params, NULL));
+    CHECK_CU(cuMemFree(old_buf));
+    CHECK_CU(cuMemAlloc(&new_buf, bytes));
+    *reused = new_buf < old_buf + bytes && old_buf < new_buf + bytes;
+    CHECK_CU(cuMemsetD32Async(new_buf, NEW_PATTERN, WORDS, fill_stream));
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemcpyDtoH(host, new_buf, bytes));
+    size_t bad = 0;
+    for (size_t i = 0; i < WORDS; i++) bad += host[i] != NEW_PATTERN;
+    CHECK_CU(cuMemFree(new_buf));
+    return bad;
+}
+
+static int child(void)
+{
+    const char *mode = tl_native() ? "native" : getenv("CUPOOL_FREE");
+    int ordered = strcmp(mode, "ordered") == 0;
+    tl_init(0);
+    CUmodule module;
+    CHECK_CU(cuModuleLoadData(&module, spin_ptx));
+    CHECK_CU(cuModuleGetFunction(&spin, module, "cupool_test_spin_write"));
+    uint32_t *host = malloc(WORDS * 4);
+    CHECK_TRUE(host != NULL);
+    int failed = 0;
+    /* Blocking streams first: under auto the context is still ordered. */
+    for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+        unsigned flags = nonblocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
+        CUstream ks, fs;
+        CHECK_CU(cuStreamCreate(&ks, flags));
+        CHECK_CU(cuStreamCreate(&fs, flags));
+        /* The fill goes on another stream of the same kind, and on the legacy stream. */
+        CUstream fills[2] = {fs, CU_STREAM_LEGACY};
+        for (int f = 0; f < 2; f++) {
+            int corrupted = 0, reused_count = 0;
+            size_t worst = 0;
+            for (int t = 0; t < TRIES; t++) {
+                int reused;
+                size_t bad = one_try(ks, fills[f], host, &reused);
+                reused_count += reused;
+                corrupted += bad != 0;
+                if (bad > worst) worst = bad;
+            }
+            int expect_race = ordered && nonblocking;
+            printf("%-8s %-12s kernel stream, fill on %-7s: %d/%d tries corrupted (worst %zu words), address reused %d/%d%s\n",
+                   mode, nonblocking ? "non-blocking" : "blocking", f ? "legacy" : "another", corrupted, TRIES, worst,
+                   reused_count, TRIES, expect_race ? " [corruption expected]" : "");
+            if (!expect_race && corrupted) failed = 1;
+            if (expect_race && reused_count > 0 && corrupted == 0) {
+                printf("%s: expected the documented corruption of ordered mode on a non-blocking stream, saw none\n",
+                       mode);
+                failed = 1;
+            }
+        }
+        CHECK_CU(cuStreamDestroy(ks));
+        CHECK_CU(cuStreamDestroy(fs));
+    }
+    free(host);
+    CHECK_CU(cuModuleUnload(module));
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    if (!check_real_driver()) {
+        printf("test_kernel_race: needs a GPU (CUPOOL_TEST_DRIVER=real): skipped\n");
+        return CHECK_SKIP;
+    }
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    static const char *const modes[] = {"native", "auto", "deferred", "sync", "ordered"};
+    int failed = 0;
+    for (int i = 0; i < 5; i++) {
+        char setting[64];
+        snprintf(setting, sizeof setting, "CUPOOL_FREE=%s", i ? modes[i] : "auto");
+        const char *env[] = {setting, NULL};
+        const char *args[] = {"--child", NULL};
+        tl_child_t c;
+        tl_run_self(args, env, i == 0, 300, &c);
+        printf("%s", c.out);
+        if (c.status != 0) {
+            tl_child_dump(modes[i], &c);
+            failed++;
+        }
+        printf("mode %-8s %s\n", modes[i], c.status == 0 ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,292 @@
+/*
+ * Proves data stays correct in every free mode (ordered, deferred, sync,
+ * auto), each in its own process: allocate, fill (cuMemsetD32Async and
+ * cuMemcpyHtoDAsync), read back, free, on the legacy stream, on several
+ * blocking streams, on per-thread default streams, on non-blocking streams,
+ * across two contexts of one device and on a second device.  It proves the
+ * deferred way too: with SIMCUDA_EVENT_DELAY=3 (events answer NOT_READY
+ * three times) a freed block stays in use in its pool at the free and goes
+ * back only after later allocations or a synchronization, never by a host
+ * wait in the free.  Under auto it proves the mode follows the program
+ * (ordered -> deferred at the first non-blocking stream, -> sync at a second
+ * context).  At the end the pools hold no used bytes beyond a probe block.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *mode;
+static int sim;
+
+/* ---- filling and checking ------------------------------------------------ */
+
+static const size_t sizes[] = {256, 4096 + 12, 65536, 1 << 20, (3 << 20) + 4};
+
+/* Fills a block on a stream: the whole with a word pattern, then its first
+ * KiB from the host, reads both back on the same stream and frees the block
+ * without a host synchronization in between. */
+static void round_trip(CUstream s, size_t size, uint32_t pattern)
+{
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, size));
+    size_t words = size / 4;
+    uint32_t head[256], back_head[256], back_tail = 0;
+    for (int i = 0; i < 256; i++) head[i] = pattern ^ (uint32_t)i;
+    CHECK_CU(cuMemsetD32Async(p, pattern, words, s));
+    size_t head_bytes = size < sizeof head ? size / 4 * 4 : sizeof head;
+    CHECK_CU(cuMemcpyHtoDAsync(p, head, head_bytes, s));
+    CHECK_CU(cuMemcpyDtoHAsync(back_head, p, head_bytes, s));
+    CHECK_CU(cuMemcpyDtoHAsync(&back_tail, p + (words - 1) * 4, 4, s));
+    CHECK_CU(cuStreamSynchronize(s));
+    CHECK_CU(cuMemFree(p));
+    for (size_t i = 0; i < head_bytes / 4; i++)
+        if (back_head[i] != head[i]) CHECK_FAIL("%s: word %zu of %zu bytes: 0x%08x != 0x%08x", mode, i, size, back_head[i], head[i]);
+    if (words * 4 > head_bytes) CHECK_EQ(back_tail, pattern);
+}
+
+/* Several live blocks on several streams at once, filled, checked, freed. */
+static void streams_scenario(CUstream *streams, int n, uint32_t seed)
+{
+    CUdeviceptr live[16];
+    int k = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < sizeof sizes / sizeof sizes[0]; j++)
+                round_trip(streams[i], sizes[j], seed + (uint32_t)(round * 100 + i * 10 + (int)j));
+        /* Blocks that outlive a stream's work and are freed later, out of order. */
+        for (int i = 0; i < n && k < 16; i++, k++) {
+            CHECK_CU(cuMemAlloc(&live[k], 1 << 16));
+            CHECK_CU(cuMemsetD32Async(live[k], seed + (uint32_t)k, (1 << 16) / 4, streams[i]));
+        }
+    }
+    for (int i = 0; i < n; i++) CHECK_CU(cuStreamSynchronize(streams[i]));
+    for (int i = k - 1; i >= 0; i--) {
+        CHECK_EQ(tl_spot_check(live[i], 1 << 16, seed + (uint32_t)i), 0);
+        CHECK_CU(cuMemFree(live[i]));
+    }
+}
+
+static CUcontext primary0;
+
+static void *ptds_thread(void *arg)
+{
+    uint32_t seed = (uint32_t)(uintptr_t)arg;
+    CHECK_CU(cuCtxSetCurrent(primary0));
+    CUstream s = CU_STREAM_PER_THREAD;
+    streams_scenario(&s, 1, seed);
+    return NULL;
+}
+
+/* ---- the deferred way ------------------------------------------------------ */
+
+/* After a free, does the pool's used memory drop at once, or only later? */
+static void check_free_timing(int expect_deferred)
+{
+    CUdeviceptr keep, big, drain;
+    /* Let earlier deferred frees (some of several MiB) go back first. */
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemAlloc(&drain, 256));
+    CHECK_CU(cuMemFree(drain));
+    CHECK_CU(cuMemAlloc(&keep, 4096));
+    CHECK_CU(cuMemAlloc(&big, 4 << 20));
+    CUmemoryPool pool = tl_pool_of(keep);
+    CHECK_TRUE(pool != NULL);
+    CHECK_TRUE(tl_pool_of(big) == pool);
+    uint64_t before = tl_pool_used(pool);
+    CHECK_CU(cuMemFree(big));
+    uint64_t at_free = tl_pool_used(pool);
+    /* A free may hand back older deferred blocks (all far smaller than
+     * 2 MiB at this point): what matters is whether the 4 MiB block went. */
+    if (expect_deferred) {
+        /* The block waits for its events: still used right after the free. */
+        if (at_free + (2 << 20) < before)
+            CHECK_FAIL("%s: the pool's used bytes dropped at the free (%llu -> %llu): not deferred", mode,
+                       (unsigned long long)before, (unsigned long long)at_free);
+        /* ... and goes back after later allocations, with no synchronization. */
+        int i;
+        for (i = 0; i < 50; i++) {
+            CUdeviceptr t;
+            CHECK_CU(cuMemAlloc(&t, 256));
+            CHECK_CU(cuMemFree(t));
+            if (tl_pool_used(pool) + (2 << 20) < before) break;
+        }
+        if (i == 50)
+            CHECK_FAIL("%s: the deferred block never went back to the pool (used %llu)", mode,
+                       (unsigned long long)tl_pool_used(pool));
+        printf("%s: deferred block returned after %d later allocations\n", mode, i + 1);
+        /* ... or after a synchronization and one allocation. */
+        CHECK_CU(cuMemAlloc(&big, 4 << 20));
+        before = tl_pool_used(pool);
+        CHECK_CU(cuMemFree(big));
+        CHECK_TRUE(tl_pool_used(pool) + (2 << 20) >= before);
+        CHECK_CU(cuCtxSynchronize());
+        CUdeviceptr t;
+        CHECK_CU(cuMemAlloc(&t, 256));
+        if (tl_pool_used(pool) + (2 << 20) >= before)
+            CHECK_FAIL("%s: after cuCtxSynchronize the deferred block is still in use", mode);
+        CHECK_CU(cuMemFree(t));
+    } else if (sim) {
+        /* The simulator runs the stream-ordered free at once. */
+        if (at_free + (2 << 20) >= before)
+            CHECK_FAIL("%s: the pool's used bytes did not drop at the free (%llu -> %llu)", mode,
+                       (unsigned long long)before, (unsigned long long)at_free);
+    }
+    CHECK_CU(cuMemFree(keep));
+}
+
+/* ---- the child: one mode -------------------------------------------------- */
+
+static int child(void)
+{
+    mode = getenv("CUPOOL_FREE");
+    sim = !check_real_driver();
+    int is_auto = strcmp(mode, "auto") == 0, is_deferred = strcmp(mode, "deferred") == 0;
+    primary0 = tl_init(0);
+
+    /* The used bytes of one probe block in an otherwise empty pool. */
+    CUdeviceptr probe;
+    CHECK_CU(cuMemAlloc(&probe, 256));
+    CUmemoryPool pool0 = tl_pool_of(probe);
+    CHECK_TRUE(pool0 != NULL);
+    uint64_t probe_used = tl_pool_used(pool0);
+    CHECK_CU(cuMemFree(probe));
+
+    /* A: the legacy stream only. */
+    CUstream legacy = NULL;
+    streams_scenario(&legacy, 1, 0x10000000);
+    check_free_timing(is_deferred);
+
+    /* B: several blocking streams. */
+    CUstream blocking[3];
+    for (int i = 0; i < 3; i++) CHECK_CU(cuStreamCreate(&blocking[i], CU_STREAM_DEFAULT));
+    streams_scenario(blocking, 3, 0x20000000);
+    check_free_timing(is_deferred);
+
+    /* C: per-thread default streams from two threads at once. */
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) pthread_create(&threads[i], NULL, ptds_thread, (void *)(uintptr_t)(0x30000000 + i * 0x1000));
+    for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+
+    /* D: non-blocking streams (auto turns deferred here). */
+    CUstream nonblocking[2];
+    for (int i = 0; i < 2; i++) CHECK_CU(cuStreamCreate(&nonblocking[i], CU_STREAM_NON_BLOCKING));
+    CUstream mixed[4] = {nonblocking[0], blocking[0], nonblocking[1], NULL};
+    streams_scenario(mixed, 4, 0x40000000);
+    check_free_timing(is_deferred || is_auto);
+    for (int i = 0; i < 3; i++) CHECK_CU(cuStreamDestroy(blocking[i]));
+    CHECK_CU(cuStreamDestroy(nonblocking[1]));
+    streams_scenario(nonblocking, 1, 0x48000000);
+    CHECK_CU(cuStreamDestroy(nonblocking[0]));
+
+    /* E: a second device, if there is one. */
+    int ndev = tl_device_count();
+    if (ndev > 1) {
+        CUcontext primary1 = tl_init(1);
+        (void)primary1;
+        CUstream s1;
+        CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+        CUstream on1[2] = {NULL, s1};
+        streams_scenario(on1, 2, 0x50000000);
+        check_free_timing(is_deferred || is_auto);
+        CHECK_CU(cuStreamDestroy(s1));
+        cupool_stats_t s = tl_stats(1);
+        CHECK_TRUE(s.pooled_allocs > 0);
+        CHECK_EQ(s.in_use, 0);
+        CHECK_CU(cuCtxSetCurrent(primary0));
+    } else {
+        printf("%s: one device only, second-device scenario skipped\n", mode);
+    }
+
+    /* F: two more contexts on device 0 (auto turns sync); a block allocated
+     * in one is freed while the other is current. */
+    {
+        CUdevice dev0;
+        CHECK_CU(cuDeviceGet(&dev0, 0));
+        CUcontext c1, c2;
+        CHECK_CU(cuCtxCreate(&c1, NULL, 0, dev0));
+        CHECK_CU(cuCtxCreate(&c2, NULL, 0, dev0));
+        CHECK_CU(cuCtxSetCurrent(c1));
+        CUdeviceptr p1;
+        CHECK_CU(cuMemAlloc(&p1, 1 << 20));
+        tl_fill(p1, 1 << 20, 0x60000001);
+        CHECK_EQ(tl_spot_check(p1, 1 << 20, 0x60000001), 0);
+        CHECK_CU(cuCtxSetCurrent(c2));
+        CUstream s2;
+        CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+        streams_scenario(&s2, 1, 0x61000000);
+        CHECK_CU(cuMemFree(p1)); /* owned by c1, c2 current */
+        CHECK_CU(cuStreamDestroy(s2));
+        CHECK_CU(cuCtxSetCurrent(primary0));
+        CUstream l = NULL;
+        streams_scenario(&l, 1, 0x62000000);
+        CHECK_CU(cuCtxDestroy(c1));
+        CHECK_CU(cuCtxDestroy(c2));
+        CHECK_CU(cuCtxSetCurrent(primary0));
+    }
+
+    /* The end: nothing in use, every pooled allocation freed. */
+    for (int d = 0; d < ndev && d < 2; d++) {
+        cupool_stats_t s = tl_stats(d);
+        if (s.in_use != 0 || s.pooled_allocs != s.pooled_frees)
+            CHECK_FAIL("%s: device %d: in use %llu, pooled allocs %llu, frees %llu", mode, d,
+                       (unsigned long long)s.in_use, (unsigned long long)s.pooled_allocs,
+                       (unsigned long long)s.pooled_frees);
+        printf("%s: device %d: %llu pooled allocations, all freed\n", mode, d, (unsigned long long)s.pooled_allocs);
+    }
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemAlloc(&probe, 256));
+    CHECK_TRUE(tl_pool_of(probe) == pool0);
+    uint64_t used = tl_pool_used(pool0);
+    if (used != probe_used)
+        CHECK_FAIL("%s: the pool holds %llu used bytes with one probe block live, expected %llu", mode,
+                   (unsigned long long)used, (unsigned long long)probe_used);
+    CHECK_CU(cuMemFree(probe));
+    printf("%s: ok\n", mode);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    static const char *const modes[] = {"ordered", "deferred", "sync", "auto"};
+    int failed = 0;
+    for (int i = 0; i < 4; i++) {
+        char setting[64];
+        snprintf(setting, sizeof setting, "CUPOOL_FREE=%s", modes[i]);
+        const char *env[] = {setting, "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", NULL};
+        const char *args[] = {"--child", NULL};
+        tl_child_t c;
+        tl_run_self(args, env, 0, 120, &c);
+        int ok = c.status == 0;
+        int to_deferred = tl_count_substr(c.err, "free mode ordered -> deferred");
+        int to_sync = tl_count_substr(c.err, "-> sync");
+        int warnings = tl_count_prefix(c.err, "cupool: warning:") + tl_count_prefix(c.err, "cupool: error:");
+        if (strcmp(modes[i], "auto") == 0) {
+            if (to_deferred < 1 || to_sync < 1) {
+                fprintf(stderr, "auto: %d switches to deferred, %d to sync; expected at least one each\n", to_deferred,
+                        to_sync);
+                ok = 0;
+            }
+        } else if (to_deferred || to_sync) {
+            fprintf(stderr, "%s: the free mode changed although it was forced\n", modes[i]);
+            ok = 0;
+        }
+        if (warnings) {
+            fprintf(stderr, "%s: cupool warned\n", modes[i]);
+            ok = 0;
+        }
+        printf("%s", c.out);
+        if (!ok) {
+            tl_child_dump(setting, &c);
+            failed++;
+        }
+        printf("mode %-8s %s\n", modes[i], ok ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,272 @@
+/*
+ * Helpers shared by the core test programs (testlib.h).  Everything here
+ * fails the test with a message rather than returning errors: a helper that
+ * cannot do its job means the test cannot say anything.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+CUcontext tl_init(int ordinal)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CHECK_CU(cuInit(0));
+    CHECK_CU(cuDeviceGet(&dev, ordinal));
+    CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK_CU(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
+int tl_device_count(void)
+{
+    int n = 0;
+    CHECK_CU(cuDeviceGetCount(&n));
+    return n;
+}
+
+cupool_stats_t tl_stats(int device)
+{
+    int (*get)(int, cupool_stats_t *) = (int (*)(int, cupool_stats_t *))dlsym(RTLD_DEFAULT, "cupool_get_stats");
+    if (!get) CHECK_FAIL("cupool_get_stats not found: is libcupool.so preloaded?");
+    cupool_stats_t s;
+    memset(&s, 0, sizeof s);
+    CHECK_EQ(get(device, &s), 0);
+    return s;
+}
+
+void tl_reexec_with(char **argv, const char *name, const char *value)
+{
+    if (getenv(name)) return;
+    setenv(name, value, 1);
+    execv("/proc/self/exe", argv);
+    CHECK_FAIL("execv(/proc/self/exe): %s", strerror(errno));
+}
+
+int tl_native(void)
+{
+    const char *n = getenv("CUPOOL_TEST_NATIVE");
+    return n && strcmp(n, "1") == 0;
+}
+
+/* LD_PRELOAD without libcupool.so (whatever else was preloaded stays). */
+static void drop_cupool_preload(void)
+{
+    const char *pre = getenv("LD_PRELOAD");
+    if (!pre) return;
+    char *copy = strdup(pre), *out = calloc(1, strlen(pre) + 1), *save = NULL;
+    if (!copy || !out) CHECK_FAIL("out of memory");
+    for (char *tok = strtok_r(copy, ": ", &save); tok; tok = strtok_r(NULL, ": ", &save)) {
+        if (strstr(tok, "libcupool")) continue;
+        if (*out) strcat(out, ":");
+        strcat(out, tok);
+    }
+    if (*out) setenv("LD_PRELOAD", out, 1);
+    else unsetenv("LD_PRELOAD");
+    free(copy);
+    free(out);
+}
+
+static void append(char **buf, size_t *len, const char *data, size_t n)
+{
+    char *grown = realloc(*buf, *len + n + 1);
+    if (!grown) CHECK_FAIL("out of memory");
+    memcpy(grown + *len, data, n);
+    *len += n;
+    grown[*len] = '\0';
+    *buf = grown;
+}
+
+void tl_run_self(const char *const *args, const char *const *env, int native, int timeout_s, tl_child_t *child)
+{
+    int out[2], err[2];
+    if (pipe(out) || pipe(err)) CHECK_FAIL("pipe: %s", strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) CHECK_FAIL("fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        close(out[0]);
+        close(out[1]);
+        close(err[0]);
+        close(err[1]);
+        for (const char *const *e = env; e && *e; e++) {
+            const char *eq = strchr(*e, '=');
+            if (!eq) {
+                unsetenv(*e);
+                continue;
+            }
+            char name[256];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
+            setenv(name, eq + 1, 1);
+        }
+        if (native) {
+            drop_cupool_preload();
+            setenv("CUPOOL_TEST_NATIVE", "1", 1);
+        } else {
+            unsetenv("CUPOOL_TEST_NATIVE");
+        }
+        const char *argv[64];
+        int n = 0;
+        argv[n++] = "test-child";
+        for (const char *const *a = args; a && *a && n < 63; a++) argv[n++] = *a;
+        argv[n] = NULL;
+        execv("/proc/self/exe", (char *const *)argv);
+        fprintf(stderr, "execv: %s\n", strerror(errno));
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    child->out = calloc(1, 1);
+    child->err = calloc(1, 1);
+    size_t out_len = 0, err_len = 0;
+    struct pollfd fds[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
+    int open_fds = 2, timed_out = 0;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (open_fds > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left_ms = (long)timeout_s * 1000 - ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+        if (left_ms <= 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        int r = poll(fds, 2, (int)left_ms);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) CHECK_FAIL("poll: %s", strerror(errno));
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char buf[4096];
+            ssize_t n = read(fds[i].fd, buf, sizeof buf);
+            if (n > 0) {
+                if (i == 0) append(&child->out, &out_len, buf, (size_t)n);
+                else append(&child->err, &err_len, buf, (size_t)n);
+            } else if (n == 0 || errno != EINTR) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0) close(fds[i].fd);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (timed_out) child->status = 124;
+    else if (WIFEXITED(status)) child->status = WEXITSTATUS(status);
+    else child->status = 128 + WTERMSIG(status);
+}
+
+void tl_child_free(tl_child_t *child)
+{
+    free(child->out);
+    free(child->err);
+    child->out = child->err = NULL;
+}
+
+void tl_child_dump(const char *what, const tl_child_t *child)
+{
+    fprintf(stderr, "---- %s: status %d\n---- stdout:\n%s---- stderr:\n%s----\n", what, child->status,
+            child->out ? child->out : "", child->err ? child->err : "");
+}
+
+int tl_count_prefix(const char *text, const char *prefix)
+{
+    int n = 0;
+    size_t len = strlen(prefix);
+    for (const char *line = text; line && *line;) {
+        if (strncmp(line, prefix, len) == 0) n++;
+        const char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+int tl_count_substr(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *line = text; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        const char *hit = strstr(line, needle);
+        if (hit && hit + strlen(needle) <= line + len) n++;
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+CUmemoryPool tl_pool_of(CUdeviceptr ptr)
+{
+    CUmemoryPool pool = NULL;
+    CHECK_CU(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr));
+    return pool;
+}
+
+uint64_t tl_pool_used(CUmemoryPool pool)
+{
+    cuuint64_t used = 0;
+    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    return used;
+}
+
+void tl_fill(CUdeviceptr ptr, size_t bytes, uint32_t pattern)
+{
+    size_t words = bytes / 4, tail = bytes % 4;
+    if (words) CHECK_CU(cuMemsetD32(ptr, pattern, words));
+    if (tail) CHECK_CU(cuMemsetD8(ptr + words * 4, (unsigned char)pattern, tail));
+}
+
+static int word_is(CUdeviceptr at, uint32_t pattern)
+{
+    uint32_t got = 0;
+    CHECK_CU(cuMemcpyDtoH(&got, at, sizeof got));
+    if (got == pattern) return 1;
+    fprintf(stderr, "word at 0x%llx is 0x%08x, expected 0x%08x\n", (unsigned long long)at, got, pattern);
+    return 0;
+}
+
+int tl_spot_check(CUdeviceptr ptr, size_t bytes, uint32_t pattern)
+{
+    size_t words = bytes / 4, tail = bytes % 4;
+    int ok = 1;
+    if (words) {
+        ok &= word_is(ptr, pattern);
+        ok &= word_is(ptr + words / 2 * 4, pattern);
+        ok &= word_is(ptr + (words - 1) * 4, pattern);
+    }
+    if (tail) {
+        unsigned char got[4] = {0};
+        CHECK_CU(cuMemcpyDtoH(got, ptr + words * 4, tail));
+        for (size_t i = 0; i < tail; i++)
+            if (got[i] != (unsigned char)pattern) {
+                fprintf(stderr, "tail byte %zu of 0x%llx is 0x%02x, expected 0x%02x\n", i, (unsigned long long)ptr,
+                        got[i], (unsigned char)pattern);
+                ok = 0;
+            }
+    }
+    return ok ? 0 : -1;
+}
+
+uint64_t tl_rand(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}

@@ -1,0 +1,68 @@
+/*
+ * Helpers shared by the core test programs: driver and context set-up,
+ * cupool's statistics looked up the way a program would (dlsym), running
+ * this same program again under another environment (options are read once
+ * per process, so every setting needs its own process), running a child with
+ * or without cupool and capturing what it prints, and pool queries.
+ */
+#ifndef CUPOOL_TESTLIB_H
+#define CUPOOL_TESTLIB_H
+
+#include "check.h"
+#include "cupool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* cuInit, then makes device `ordinal`'s primary context current; returns it. */
+CUcontext tl_init(int ordinal);
+/* Number of devices the driver reports (cuInit must have run). */
+int tl_device_count(void);
+
+/* cupool's statistics for a device, found with dlsym(RTLD_DEFAULT); the
+ * test fails when cupool is not loaded. */
+cupool_stats_t tl_stats(int device);
+
+/* When `name` is unset in the environment: sets it to `value` and re-executes
+ * this program with the same arguments.  Returns when it is already set. */
+void tl_reexec_with(char **argv, const char *name, const char *value);
+
+/* True in a child started with native = 1 (CUPOOL_TEST_NATIVE=1, no cupool). */
+int tl_native(void);
+
+/* What a child did: exit status (128 + signal when killed, 124 on timeout)
+ * and everything it wrote on stdout and stderr (NUL-terminated, malloc'd). */
+typedef struct tl_child {
+    int status;
+    char *out;
+    char *err;
+} tl_child_t;
+
+/* Runs this program again with `args` (NULL-terminated, may be NULL) after
+ * argv[0]; `env` is a NULL-terminated list of "NAME=value" to set or "NAME"
+ * to unset; native = 1 removes libcupool.so from LD_PRELOAD and sets
+ * CUPOOL_TEST_NATIVE=1.  Kills the child after timeout_s seconds. */
+void tl_run_self(const char *const *args, const char *const *env, int native, int timeout_s, tl_child_t *child);
+void tl_child_free(tl_child_t *child);
+
+/* Number of lines of text starting with prefix / containing needle. */
+int tl_count_prefix(const char *text, const char *prefix);
+int tl_count_substr(const char *text, const char *needle);
+/* Prints a child's output to stderr, for failure reports. */
+void tl_child_dump(const char *what, const tl_child_t *child);
+
+/* The pool a device pointer belongs to (NULL for cuMemAlloc memory) and
+ * the bytes that pool has in use. */
+CUmemoryPool tl_pool_of(CUdeviceptr ptr);
+uint64_t tl_pool_used(CUmemoryPool pool);
+
+/* Fills `bytes` at ptr with a 32-bit pattern (bytes need not be a multiple
+ * of 4: the tail gets the pattern's low byte) and checks the first, middle and
+ * last words read back; returns 0 when they match. */
+void tl_fill(CUdeviceptr ptr, size_t bytes, uint32_t pattern);
+int tl_spot_check(CUdeviceptr ptr, size_t bytes, uint32_t pattern);
+
+/* Small deterministic random numbers (xorshift64*). */
+uint64_t tl_rand(uint64_t *state);
+
+#endif
