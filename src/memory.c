@@ -164,35 +164,37 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 }
 
 /* The program frees a block cupool made with its own stream-ordered free:
- * forget the record, the driver does the rest. */
-static void forget_block(CUdeviceptr dptr, cupool_call_t *call)
+ * the driver does the free, cupool forgets the record.  A block the program
+ * already freed (still waiting in a deferred list) gets the driver's answer
+ * to a double free without reaching the driver. */
+static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr dptr, CUstream stream,
+                           cupool_call_t *call)
 {
+    call->ptr = dptr;
+    call->stream = stream;
     cupool_origin_t o;
-    if (!dptr || !cupool_active() || cupool_origin_remove(dptr, &o) != 0) return;
+    int known = dptr && cupool_active() ? cupool_origin_find(dptr, &o) : -1;
+    if (known == 0 && o.freed) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = real(dptr, stream);
+    if (r != CUDA_SUCCESS || known != 0 || cupool_origin_remove(dptr, &o) != 0) return r;
     atomic_fetch_sub_explicit(&o.owner->device->used, o.size, memory_order_relaxed);
     call->device = o.owner->device->ordinal;
     call->size = o.size;
+    call->route = CUPOOL_ROUTE_POOL;
     cupool_stats_free(call->device, CUPOOL_ROUTE_POOL, o.size);
+    return r;
 }
 
 CUPOOL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync);
-    call.ptr = dptr;
-    call.stream = hStream;
-    CUresult r = real_cuMemFreeAsync(dptr, hStream);
-    if (r == CUDA_SUCCESS) forget_block(dptr, &call);
-    return cupool_call_end(&call, r);
+    return cupool_call_end(&call, free_async(real_cuMemFreeAsync, dptr, hStream, &call));
 }
 
 CUPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync_ptsz);
-    call.ptr = dptr;
-    call.stream = hStream;
-    CUresult r = real_cuMemFreeAsync_ptsz(dptr, hStream);
-    if (r == CUDA_SUCCESS) forget_block(dptr, &call);
-    return cupool_call_end(&call, r);
+    return cupool_call_end(&call, free_async(real_cuMemFreeAsync_ptsz, dptr, hStream, &call));
 }
 
 CUPOOL_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
