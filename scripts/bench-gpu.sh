@@ -136,27 +136,24 @@ want torch && run_stage torch 240 "$python" "$src/bench/torch_bench.py" --cupool
 # ---- graph memsets (bench/memset_bench, written separately; run if built) ----------------------
 memset=$build/bench/memset_bench
 if want memset && [ -x "$memset" ]; then
+    # It compares a native graph memset node with cupool's fill-kernel node by
+    # itself (no preload: it loads cupool's PTX directly).
     BENCH_DEADLINE=$(deadline 90)
     left=$((BENCH_DEADLINE - $(date +%s)))
     say "memset (up to ${left}s)"
     if [ "$left" -gt 15 ]; then
-        half=$((left / 2))
-        timeout -k 5 "$half" "$memset" >"$out/memset.native.txt" 2>&1
-        echo $? >"$out/memset.native.rc"
-        timeout -k 5 "$half" "$launcher" --stats -- "$memset" >"$out/memset.cupool.txt" 2>&1
-        echo $? >"$out/memset.cupool.rc"
-        cat "$out/memset.native.txt" "$out/memset.cupool.txt"
+        timeout -k 5 "$left" "$memset" -o "$out/memset.csv" >"$out/memset.txt" 2>&1
+        echo $? >"$out/memset.rc"
+        cat "$out/memset.txt"
         "$python" - "$out" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
-runs = []
-for name in ("native", "cupool"):
-    text = open(os.path.join(out, "memset.%s.txt" % name), errors="replace").read()
-    rc = open(os.path.join(out, "memset.%s.rc" % name)).read().strip()
-    runs.append({"name": "memset_bench (%s)" % name, "rc": int(rc) if rc.lstrip("-").isdigit() else rc,
-                 "output": "\n".join(text.splitlines()[-40:])})
-checks = [{"name": "%s exits 0" % r["name"], "ok": r["rc"] == 0} for r in runs]
-json.dump({"benchmark": "memset", "runs": runs, "checks": checks, "targets": [], "errors": []},
+text = open(os.path.join(out, "memset.txt"), errors="replace").read()
+rc = open(os.path.join(out, "memset.rc")).read().strip()
+rc = int(rc) if rc.lstrip("-").isdigit() else rc
+runs = [{"name": "memset_bench", "rc": rc, "output": "\n".join(text.splitlines()[-60:])}]
+json.dump({"benchmark": "memset", "runs": runs, "targets": [], "errors": [],
+           "checks": [{"name": "memset_bench exits 0 (kernel fills verified)", "ok": rc == 0}]},
           open(os.path.join(out, "memset.json"), "w"), indent=1)
 EOF
     else

@@ -150,7 +150,7 @@ fi
 
 # ---- make check on the real driver ---------------------------------------------------------------
 say "make check CUPOOL_TEST_DRIVER=$driver"
-make -C "$build" -j4 check CUPOOL_TEST_DRIVER="$driver" >"$out/check/make-check.log" 2>&1
+CUPOOL_TEST_DRIVER=$driver make -C "$build" -j4 check CUPOOL_TEST_DRIVER="$driver" >"$out/check/make-check.log" 2>&1
 rc=$?
 (cd "$build" && find . -name '*.log' -path '*tests*' ! -path './config.log' -exec cp --parents {} "$out/check/" \;) 2>/dev/null
 cp "$build/test-suite.log" "$out/check/" 2>/dev/null
