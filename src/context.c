@@ -218,22 +218,32 @@ static int configured_mode(void)
     return (int)cupool_option(CUPOOL_OPT_FREE);
 }
 
-/* Moves a context to a stronger free mode; the legacy-stream work of
- * `ordered` must be complete before another stream can touch its blocks.
- * Called with registry_lock held. */
+/* The legacy-stream work of `ordered` (allocations and frees still queued
+ * behind kernels) must be complete before another stream can touch its
+ * blocks. */
+static void synchronize_for_switch(cupool_context_t *c)
+{
+    int pushed = cupool_enter_context(c->ctx);
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    CUresult r = real_cuCtxSynchronize();
+    cupool_relaxed_end(previous);
+    cupool_leave_context(pushed);
+    c->sync_due = 0;
+    if (r != CUDA_SUCCESS)
+        cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
+                       cupool_result_name(r));
+}
+
+/* Moves a context to a stronger free mode.  Called with registry_lock held. */
 static void promote(cupool_context_t *c, int mode)
 {
     int old = atomic_load(&c->mode);
     if (configured_mode() != CUPOOL_FREE_AUTO || old >= mode) return;
+    /* A context-wide synchronization would invalidate a capture in progress:
+     * it then waits for the capture to end (cupool_reclaim). */
     if (old == CUPOOL_FREE_ORDERED) {
-        int pushed = cupool_enter_context(c->ctx);
-        CUstreamCaptureMode previous = cupool_relaxed_begin();
-        CUresult r = real_cuCtxSynchronize();
-        cupool_relaxed_end(previous);
-        cupool_leave_context(pushed);
-        if (r != CUDA_SUCCESS)
-            cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
-                           cupool_result_name(r));
+        if (atomic_load(&cupool_captures) > 0) c->sync_due = 1;
+        else synchronize_for_switch(c);
     }
     atomic_store(&c->mode, mode);
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
@@ -437,6 +447,7 @@ static void reclaim_locked(cupool_context_t *c, int wait)
 
 void cupool_reclaim(cupool_context_t *c, int wait)
 {
+    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_captures) == 0) synchronize_for_switch(c);
     if (!c->head && !c->held && !c->pending) return;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();

@@ -34,6 +34,7 @@ typedef struct cupool_context {
     cupool_device_t *device;
     int primary;
     atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
+    int sync_due;                            /* left ordered during a capture: synchronize after it */
     CUstream private_stream;                 /* non-blocking, cupool's own */
     pthread_mutex_t lock;                    /* guards what follows */
     CUstream *streams;                       /* live non-blocking streams of the program */

@@ -102,8 +102,11 @@ static void check_free_timing(int expect_deferred)
     /* A free may hand back older deferred blocks (all far smaller than
      * 2 MiB at this point): what matters is whether the 4 MiB block went. */
     if (expect_deferred) {
-        /* The block waits for its events: still used right after the free. */
-        if (at_free + (2 << 20) < before)
+        /* The block waits for its events: still used right after the free.
+         * Only the simulator (SIMCUDA_EVENT_DELAY) guarantees an event is
+         * still pending here; an idle GPU completes it at once, and
+         * test_kernel_race covers deferred frees behind real work. */
+        if (!check_real_driver() && at_free + (2 << 20) < before)
             CHECK_FAIL("%s: the pool's used bytes dropped at the free (%llu -> %llu): not deferred", mode,
                        (unsigned long long)before, (unsigned long long)at_free);
         /* ... and goes back after later allocations, with no synchronization. */
@@ -122,7 +125,7 @@ static void check_free_timing(int expect_deferred)
         CHECK_CU(cuMemAlloc(&big, 4 << 20));
         before = tl_pool_used(pool);
         CHECK_CU(cuMemFree(big));
-        CHECK_TRUE(tl_pool_used(pool) + (2 << 20) >= before);
+        if (!check_real_driver()) CHECK_TRUE(tl_pool_used(pool) + (2 << 20) >= before);
         CHECK_CU(cuCtxSynchronize());
         CUdeviceptr t;
         CHECK_CU(cuMemAlloc(&t, 256));

@@ -234,6 +234,9 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    /* Each case sets exactly the options it tests: none may be inherited
+     * (scripts/gpu-tests.sh runs the whole suite under each CUPOOL_FREE). */
+    for (size_t i = 0; i < NOPTIONS; i++) unsetenv(options[i].name);
 
     /* VERBOSE prints one line per option: exactly the options of the table. */
     {

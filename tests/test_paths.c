@@ -184,16 +184,28 @@ int main(int argc, char **argv)
 
     /* 5. what cupool does not handle or must not substitute. */
     {
+        /* Unknown names and too-new names: the simulator answers as the
+         * documentation says; a real driver's exact answer (580 returns
+         * CUDA_SUCCESS with a NULL pointer for an unknown name) is compared
+         * with the native child's in step 6. */
         void *fn = (void *)1;
         CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
-        CHECK_CU_EQ(gpa("cuNoSuchEntryPoint", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_ERROR_NOT_FOUND);
-        CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+        CUresult r_unknown = gpa("cuNoSuchEntryPoint", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+        printf("cuNoSuchEntryPoint: %s, status %d, %p\n", check_result_name(r_unknown), (int)st, fn);
+        if (!check_real_driver()) {
+            CHECK_CU_EQ(r_unknown, CUDA_ERROR_NOT_FOUND);
+            CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+        }
         CHECK_TRUE(fn == NULL);
 
         fn = (void *)1;
         st = (CUdriverProcAddressQueryResult)-1;
-        CHECK_CU_EQ(gpa("cuMemFreeAsync", &fn, 11000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_ERROR_NOT_FOUND);
-        CHECK_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+        CUresult r_old = gpa("cuMemFreeAsync", &fn, 11000, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+        printf("cuMemFreeAsync@11000: %s, status %d, %p\n", check_result_name(r_old), (int)st, fn);
+        if (!check_real_driver()) {
+            CHECK_CU_EQ(r_old, CUDA_ERROR_NOT_FOUND);
+            CHECK_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+        }
         CHECK_TRUE(fn == NULL);
 
         /* cuMemAlloc at 2000 is the 32-bit legacy entry point, never the shim. */

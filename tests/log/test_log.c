@@ -109,16 +109,22 @@ static int child_level(void)
 }
 
 static atomic_ulong allocations_done;
+static atomic_int exiting;
 
 static void *allocating_thread(void *arg)
 {
     CHECK_CU(cuCtxSetCurrent(arg));
     for (;;) {
         CUdeviceptr p;
-        CHECK_CU(cuMemAlloc(&p, 4096 + atomic_load(&allocations_done) % 4096));
+        /* Once the other thread calls exit(), a real driver tears itself down
+         * under this loop (CUDA_ERROR_DEINITIALIZED): natively too, so stop
+         * quietly and let the exit finish. */
+        if (cuMemAlloc(&p, 4096 + atomic_load(&allocations_done) % 4096) != CUDA_SUCCESS) break;
         atomic_fetch_add(&allocations_done, 1);
-        CHECK_CU(cuMemFree(p));
+        if (cuMemFree(p) != CUDA_SUCCESS) break;
     }
+    if (!atomic_load(&exiting)) CHECK_FAIL("allocation failed before the program began to exit");
+    for (;;) pause();
     return NULL;
 }
 
@@ -129,6 +135,7 @@ static void *exiting_thread(void *arg)
     /* Every allocation counted here has returned, so cupool has logged it. */
     printf("count %lu\n", atomic_load(&allocations_done));
     fflush(stdout);
+    atomic_store(&exiting, 1);
     exit(0);
 }
 
