@@ -95,7 +95,8 @@ static int pool_entry_points(void)
 {
     return real_cuMemPoolCreate && real_cuMemAllocFromPoolAsync && real_cuMemFreeAsync && real_cuMemPoolTrimTo &&
            real_cuMemPoolGetAttribute && real_cuMemPoolSetAttribute && real_cuDeviceGetDefaultMemPool &&
-           real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuStreamSynchronize;
+           real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuStreamSynchronize &&
+           real_cuStreamWaitEvent;
 }
 
 static void set_threshold(CUmemoryPool pool)
@@ -433,7 +434,13 @@ static void reclaim_locked(cupool_context_t *c, int wait)
         deferred_batch_t *batch = c->head;
         c->head = batch->next;
         if (!c->head) c->tail = NULL;
-        for (int i = 0; i < batch->nevents; i++) give_event(c, batch->events[i]);
+        /* The events have completed; the waits cost nothing on the GPU but
+         * make the free stream-ordered after every use, which is what
+         * compute-sanitizer's stream-ordered race tracking looks for. */
+        for (int i = 0; i < batch->nevents; i++) {
+            real_cuStreamWaitEvent(c->private_stream, batch->events[i], 0);
+            give_event(c, batch->events[i]);
+        }
         release_blocks(batch->blocks, c->private_stream);
         free(batch);
     }
@@ -491,7 +498,9 @@ CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o)
             cupool_origin_remove(o->ptr, &gone);
             return r;
         }
-        return release(o->ptr, c->private_stream);
+        /* On the legacy stream: ordered after the legacy, blocking and
+         * per-thread streams' uses in stream order too, not only in time. */
+        return release(o->ptr, CU_STREAM_LEGACY);
     }
     }
 }

@@ -75,6 +75,7 @@
     X(cuCtxPopCurrent_v2)          \
     X(cuCtxSynchronize)            \
     X(cuStreamSynchronize)         \
+    X(cuStreamWaitEvent)           \
     X(cuStreamGetFlags)            \
     X(cuStreamIsCapturing)         \
     X(cuThreadExchangeStreamCaptureMode) \
