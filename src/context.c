@@ -19,6 +19,7 @@
 /* A freed block not yet back in its pool. */
 struct deferred_block {
     CUdeviceptr ptr;
+    size_t size;
     deferred_block_t *next;
 };
 
@@ -37,9 +38,15 @@ struct deferred_batch {
  * once, at the first cupool call after the batch has waited this long or
  * grown this large.  Recording later than the free is still correct: the
  * events then cover more work, never less. */
-#define BATCH_MAX_WAIT_NS 200000
+#define BATCH_MAX_WAIT_NS 1000000
 #define BATCH_MAX_BLOCKS 64
 #define BATCH_CHEAP_STREAMS 2
+
+/* A program that frees faster than the GPU catches up (the host runs ahead
+ * of its kernels) would otherwise pile up freed memory without bound; past
+ * this many bytes waiting, a free waits for the oldest batches, as a native
+ * cuMemFree would have. */
+#define DEFERRED_MAX_BYTES (1ull << 30)
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static cupool_device_t devices[CUPOOL_MAX_DEVICES];
@@ -96,7 +103,7 @@ static int pool_entry_points(void)
     return real_cuMemPoolCreate && real_cuMemAllocFromPoolAsync && real_cuMemFreeAsync && real_cuMemPoolTrimTo &&
            real_cuMemPoolGetAttribute && real_cuMemPoolSetAttribute && real_cuDeviceGetDefaultMemPool &&
            real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuStreamSynchronize &&
-           real_cuStreamWaitEvent;
+           real_cuStreamWaitEvent && real_cuStreamQuery;
 }
 
 static void set_threshold(CUmemoryPool pool)
@@ -187,6 +194,17 @@ uint64_t cupool_device_reserved(cupool_device_t *dev)
     uint64_t total = 0;
     for (int i = 0; i < dev->npools; i++) total += pool_attribute(dev->pools[i], CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
     return total;
+}
+
+uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns)
+{
+    uint64_t reserved = atomic_load_explicit(&dev->reserved, memory_order_relaxed);
+    uint64_t at = atomic_load_explicit(&dev->reserved_at_ns, memory_order_relaxed);
+    if (reserved >= atomic_load_explicit(&dev->used, memory_order_relaxed) && now_ns - at < 1000000) return reserved;
+    reserved = cupool_device_reserved(dev);
+    atomic_store_explicit(&dev->reserved, reserved, memory_order_relaxed);
+    atomic_store_explicit(&dev->reserved_at_ns, now_ns, memory_order_relaxed);
+    return reserved;
 }
 
 uint64_t cupool_device_reserved_unused(cupool_device_t *dev)
@@ -350,12 +368,9 @@ static void give_event(cupool_context_t *c, CUevent ev)
     c->spare_events[c->nspare++] = ev;
 }
 
-/* Returns one block to its pool.  Its record leaves the origin table first:
- * once the pool has it, another thread may be handed the same address. */
-static CUresult release(CUdeviceptr ptr, CUstream stream)
+/* Returns one block, no longer in the origin table, to its pool. */
+static CUresult give_back(CUdeviceptr ptr, CUstream stream)
 {
-    cupool_origin_t gone;
-    cupool_origin_remove(ptr, &gone);
     CUresult r = real_cuMemFreeAsync(ptr, stream);
     if (r != CUDA_SUCCESS)
         cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
@@ -363,15 +378,23 @@ static CUresult release(CUdeviceptr ptr, CUstream stream)
     return r;
 }
 
-/* Hands a list of blocks back to the pool; their users are all done. */
-static void release_blocks(deferred_block_t *b, CUstream stream)
+/* Hands a list of blocks back to the pool; their users are all done.
+ * Returns the bytes released. */
+static uint64_t release_blocks(deferred_block_t *b, CUstream stream)
 {
+    uint64_t bytes = 0;
     while (b) {
         deferred_block_t *next = b->next;
-        release(b->ptr, stream);
+        /* The record leaves the origin table first: once the pool has the
+         * block, another thread may be handed the same address. */
+        cupool_origin_t gone;
+        cupool_origin_remove(b->ptr, &gone);
+        give_back(b->ptr, stream);
+        bytes += b->size;
         free(b);
         b = next;
     }
+    return bytes;
 }
 
 static int batch_complete(deferred_batch_t *batch, int wait)
@@ -394,8 +417,13 @@ static void record_batch(cupool_context_t *c)
     CUresult r = batch ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (batch) batch->nevents = batch->checked = 0;
     for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++) {
+        CUstream stream = i < 0 ? CU_STREAM_LEGACY : c->streams[i];
+        /* An idle stream has nothing left that could use the blocks (work
+         * submitted after the free may not use them), so it needs no event:
+         * frameworks keep dozens of streams, most of them idle. */
+        if (i >= 0 && real_cuStreamQuery(stream) == CUDA_SUCCESS) continue;
         CUevent ev = take_event(c);
-        r = ev ? real_cuEventRecord(ev, i < 0 ? CU_STREAM_LEGACY : c->streams[i]) : CUDA_ERROR_OUT_OF_MEMORY;
+        r = ev ? real_cuEventRecord(ev, stream) : CUDA_ERROR_OUT_OF_MEMORY;
         if (r == CUDA_SUCCESS) batch->events[batch->nevents++] = ev;
         else if (ev) give_event(c, ev);
     }
@@ -409,6 +437,7 @@ static void record_batch(cupool_context_t *c)
         }
         real_cuCtxSynchronize();
         release_blocks(c->pending, c->private_stream);
+        c->deferred_bytes = 0;
     } else {
         batch->blocks = c->pending;
         batch->next = NULL;
@@ -441,7 +470,7 @@ static void reclaim_locked(cupool_context_t *c, int wait)
             real_cuStreamWaitEvent(c->private_stream, batch->events[i], 0);
             give_event(c, batch->events[i]);
         }
-        release_blocks(batch->blocks, c->private_stream);
+        c->deferred_bytes -= release_blocks(batch->blocks, c->private_stream);
         free(batch);
     }
     /* Frees made while a capture was in progress wait for it to end. */
@@ -463,11 +492,12 @@ void cupool_reclaim(cupool_context_t *c, int wait)
     pthread_mutex_unlock(&c->lock);
 }
 
-static CUresult defer(cupool_context_t *c, CUdeviceptr ptr, int held)
+static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
 {
     deferred_block_t *b = malloc(sizeof *b);
     if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
-    b->ptr = ptr;
+    b->ptr = o->ptr;
+    b->size = o->size;
     pthread_mutex_lock(&c->lock);
     if (held) {
         b->next = c->held;
@@ -475,34 +505,33 @@ static CUresult defer(cupool_context_t *c, CUdeviceptr ptr, int held)
     } else {
         b->next = c->pending;
         c->pending = b;
+        c->deferred_bytes += o->size;
         if (c->npending++ == 0) c->batch_start_ns = cupool_now_ns();
-        reclaim_locked(c, 0);
+        reclaim_locked(c, c->deferred_bytes > DEFERRED_MAX_BYTES);
     }
     pthread_mutex_unlock(&c->lock);
     return CUDA_SUCCESS;
 }
 
-CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o)
+int cupool_free_is_deferred(const cupool_origin_t *o)
 {
     /* During a capture neither the legacy stream nor a context-wide
-     * synchronization may be touched: hold the block until it ends. */
-    if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return defer(c, o->ptr, 1);
-    switch (atomic_load_explicit(&c->mode, memory_order_relaxed)) {
-    case CUPOOL_FREE_ORDERED: return release(o->ptr, CU_STREAM_LEGACY);
-    case CUPOOL_FREE_DEFERRED: return defer(c, o->ptr, 0);
-    default: {
-        CUresult r = real_cuCtxSynchronize();
-        if (r != CUDA_SUCCESS) {
-            /* A context that cannot synchronize is broken; forget the block. */
-            cupool_origin_t gone;
-            cupool_origin_remove(o->ptr, &gone);
-            return r;
-        }
-        /* On the legacy stream: ordered after the legacy, blocking and
-         * per-thread streams' uses in stream order too, not only in time. */
-        return release(o->ptr, CU_STREAM_LEGACY);
-    }
-    }
+     * synchronization may be touched: the block is held until it ends. */
+    return atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0 ||
+           atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
+}
+
+CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+{
+    if (deferred) return defer(c, o, atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0);
+    if (atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED)
+        return give_back(o->ptr, CU_STREAM_LEGACY);
+    CUresult r = real_cuCtxSynchronize();
+    /* A context that cannot synchronize is broken: the block is forgotten. */
+    if (r != CUDA_SUCCESS) return r;
+    /* On the legacy stream: ordered after the legacy, blocking and
+     * per-thread streams' uses in stream order too, not only in time. */
+    return give_back(o->ptr, CU_STREAM_LEGACY);
 }
 
 void cupool_trim_device(cupool_context_t *c)
@@ -541,6 +570,7 @@ static void drop_deferred(cupool_context_t *c, CUstream stream)
     release_blocks(c->held, stream);
     c->pending = c->held = NULL;
     c->npending = 0;
+    c->deferred_bytes = 0;
 }
 
 /* Returns every block of the context to its pool and forgets the context:

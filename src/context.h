@@ -24,6 +24,8 @@ typedef struct cupool_device {
     int shared;                              /* a 2nd context or peer access: memory escapes a context */
     uint64_t peers;                          /* bit j: device j was granted access to these pools */
     atomic_ullong used;                      /* bytes allocated from the pools and not freed */
+    atomic_ullong reserved;                  /* pools' reserved bytes when last asked */
+    atomic_ullong reserved_at_ns;            /* ... and when */
 } cupool_device_t;
 
 typedef struct deferred_block deferred_block_t;
@@ -41,6 +43,7 @@ typedef struct cupool_context {
     int nstreams, streams_cap;
     deferred_block_t *pending;               /* deferred frees no event covers yet */
     int npending;
+    uint64_t deferred_bytes;                 /* freed but not yet back in a pool */
     uint64_t batch_start_ns;                 /* when the first pending free came */
     deferred_batch_t *head, *tail;           /* batches waiting for their events */
     deferred_block_t *held;                  /* frees made during a capture */
@@ -62,13 +65,21 @@ CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
 extern atomic_int cupool_captures;
 
 /* Free paths (memory.c calls these with the block's context current). */
-CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o);
+/* Whether a free of this block now is deferred (the block stays in the
+ * origin table until it goes back to its pool). */
+int cupool_free_is_deferred(const cupool_origin_t *o);
+/* Frees a block the program freed, as cupool_free_is_deferred decided. */
+CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred);
 /* Returns completed deferred blocks to their pools; wait = block until all are. */
 void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
 uint64_t cupool_device_reserved_unused(cupool_device_t *dev);
 uint64_t cupool_device_reserved(cupool_device_t *dev);
+/* The same, asked of the driver only when it may have changed (the pools
+ * hold less than is in use, or the last answer is 1 ms old): for the log
+ * and statistics, which would otherwise query the driver on every call. */
+uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
 
 /* Makes ctx current for the caller if it is not; returns 1 when it pushed. */
 int cupool_enter_context(CUcontext ctx);

@@ -73,7 +73,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     if (cupool_origin_insert(&origin) != 0) {
         /* Without a record the free could not find its pool: go native. */
         cupool_message_once(CUPOOL_MSG_WARN, "out of host memory for the origin table; using cuMemAlloc");
-        cupool_free_block(c, &origin);
+        cupool_free_block(c, &origin, 0);
         return native_alloc(c, dptr, size, call);
     }
     atomic_fetch_add_explicit(&c->device->used, size, memory_order_relaxed);
@@ -81,7 +81,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     call->ptr = *dptr;
     cupool_stats_alloc(call->device, CUPOOL_ROUTE_POOL, size);
     if (cupool_timing) {
-        call->reserved = cupool_device_reserved(c->device);
+        call->reserved = cupool_device_reserved_recent(c->device, call->start_ns);
         cupool_stats_reserved(call->device, call->reserved);
     }
     return CUDA_SUCCESS;
@@ -123,7 +123,8 @@ CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     CUPOOL_SHIM_BEGIN(call, cuMemFree_v2);
     call.ptr = dptr;
     cupool_origin_t o;
-    int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o) : -1;
+    int deferred = 0;
+    int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o, cupool_free_is_deferred, &deferred) : -1;
     if (claimed < 0) {
         /* Not ours (or nothing): the driver decides, errors included. */
         call.route = CUPOOL_ROUTE_NATIVE;
@@ -141,11 +142,11 @@ CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     call.mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     /* A free runs in the context that allocated the block. */
     int pushed = cupool_enter_context(c->ctx);
-    CUresult r = cupool_free_block(c, &o);
+    CUresult r = cupool_free_block(c, &o, deferred);
     cupool_leave_context(pushed);
     atomic_fetch_sub_explicit(&c->device->used, o.size, memory_order_relaxed);
     cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
-    if (cupool_timing) call.reserved = cupool_device_reserved(c->device);
+    if (cupool_timing) call.reserved = cupool_device_reserved_recent(c->device, call.start_ns);
     return cupool_call_end(&call, r);
 }
 

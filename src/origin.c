@@ -39,23 +39,16 @@ static shard_t *shard_of(CUdeviceptr ptr)
 
 int cupool_origin_insert(const cupool_origin_t *origin)
 {
+    if (atomic_load_explicit(&fail_next, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_next, 1) > 0) return -1;
     shard_t *s = shard_of(origin->ptr);
     pthread_mutex_lock(&s->lock);
     entry_t *e = s->spare;
     if (e) s->spare = e->hh.next;
-    pthread_mutex_unlock(&s->lock);
-    if (atomic_load_explicit(&fail_next, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_next, 1) > 0) {
-        if (e) {
-            pthread_mutex_lock(&s->lock);
-            e->hh.next = s->spare;
-            s->spare = e;
-            pthread_mutex_unlock(&s->lock);
-        }
+    else if (!(e = malloc(sizeof *e))) {
+        pthread_mutex_unlock(&s->lock);
         return -1;
     }
-    if (!e && !(e = malloc(sizeof *e))) return -1;
     e->origin = *origin;
-    pthread_mutex_lock(&s->lock);
     HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
     s->count++;
     pthread_mutex_unlock(&s->lock);
@@ -79,17 +72,28 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
     return e ? 0 : -1;
 }
 
-int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out)
+int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const cupool_origin_t *), int *kept)
 {
     shard_t *s = shard_of(ptr);
     entry_t *e;
     int result = -1;
+    *kept = 0;
     pthread_mutex_lock(&s->lock);
     HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
-    if (e) {
-        result = e->origin.freed;
-        e->origin.freed = 1;
+    if (e && e->origin.freed) {
+        result = 1;
         *out = e->origin;
+    } else if (e) {
+        result = 0;
+        *out = e->origin;
+        if ((*kept = keep(&e->origin))) {
+            e->origin.freed = 1;
+        } else {
+            HASH_DEL(s->table, e);
+            s->count--;
+            e->hh.next = s->spare;
+            s->spare = e;
+        }
     }
     pthread_mutex_unlock(&s->lock);
     return result;

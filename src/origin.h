@@ -24,10 +24,13 @@ typedef struct cupool_origin {
 int cupool_origin_insert(const cupool_origin_t *origin);
 /* Removes the block starting at ptr, copying its record to *out; 0 if found. */
 int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out);
-/* Marks the block starting at ptr as freed by the program, copying its
- * record: 0 on success, 1 when it was already freed (a double free of a block
- * that is waiting to go back to its pool), -1 when cupool does not know ptr. */
-int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out);
+/* The program frees the block starting at ptr.  Under one lock: copies its
+ * record and asks keep() whether cupool will hold the block for a while
+ * (deferred frees); a held block stays, marked freed, until it goes back to
+ * its pool; any other block leaves the table now.  Returns 0, 1 when the
+ * block was already freed and is still held (a double free), or -1 when
+ * cupool does not know ptr.  *kept says what keep() answered. */
+int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const cupool_origin_t *), int *kept);
 /* Copies the record of the block starting at ptr without removing it; 0 if found. */
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
 /* Removes every block owned by a context and not freed, calling fn on each. */

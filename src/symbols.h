@@ -76,6 +76,7 @@
     X(cuCtxSynchronize)            \
     X(cuStreamSynchronize)         \
     X(cuStreamWaitEvent)           \
+    X(cuStreamQuery)               \
     X(cuStreamGetFlags)            \
     X(cuStreamIsCapturing)         \
     X(cuThreadExchangeStreamCaptureMode) \
