@@ -64,16 +64,23 @@ static __thread struct {
 
 /* ---- helpers ------------------------------------------------------------- */
 
+/* Every capture starts in one of cupool's BeginCapture shims, so while none
+ * is in progress the thread's capture mode cannot matter and the two driver
+ * calls are skipped (CUPOOL_NO_EXCHANGE marks that). */
+#define CUPOOL_NO_EXCHANGE ((CUstreamCaptureMode)-1)
+
 CUstreamCaptureMode cupool_relaxed_begin(void)
 {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (real_cuThreadExchangeStreamCaptureMode) real_cuThreadExchangeStreamCaptureMode(&mode);
+    if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0 || !real_cuThreadExchangeStreamCaptureMode ||
+        real_cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return CUPOOL_NO_EXCHANGE;
     return mode;
 }
 
 void cupool_relaxed_end(CUstreamCaptureMode previous)
 {
-    if (real_cuThreadExchangeStreamCaptureMode) real_cuThreadExchangeStreamCaptureMode(&previous);
+    if (previous != CUPOOL_NO_EXCHANGE) real_cuThreadExchangeStreamCaptureMode(&previous);
 }
 
 int cupool_enter_context(CUcontext ctx)
@@ -892,6 +899,20 @@ static int capturing(CUstream stream)
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     return real_cuStreamIsCapturing && real_cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
            status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture(hStream)));
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_ptsz);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_ptsz(hStream)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)

@@ -32,6 +32,8 @@
     X(cuStreamCreate,                   "cuStreamCreate",                 2000,  CUPOOL_ANY)    \
     X(cuStreamCreateWithPriority,       "cuStreamCreateWithPriority",     5050,  CUPOOL_ANY)    \
     X(cuStreamDestroy_v2,               "cuStreamDestroy",                4000,  CUPOOL_ANY)    \
+    X(cuStreamBeginCapture,             "cuStreamBeginCapture",           10000, CUPOOL_LEGACY) \
+    X(cuStreamBeginCapture_ptsz,        "cuStreamBeginCapture",           10000, CUPOOL_PTDS)   \
     X(cuStreamBeginCapture_v2,          "cuStreamBeginCapture",           10010, CUPOOL_LEGACY) \
     X(cuStreamBeginCapture_v2_ptsz,     "cuStreamBeginCapture",           10010, CUPOOL_PTDS)   \
     X(cuStreamBeginCaptureToGraph,      "cuStreamBeginCaptureToGraph",    12030, CUPOOL_LEGACY) \
