@@ -34,6 +34,7 @@ static uint64_t values[CUPOOL_OPT_COUNT];
 static const char *strings[CUPOOL_OPT_COUNT];
 static int from_env[CUPOOL_OPT_COUNT];
 static pthread_once_t parse_once = PTHREAD_ONCE_INIT;
+static atomic_int parsed; /* fast path: pthread_once costs a call on every use */
 
 int cupool_parse_size(const char *text, uint64_t *out)
 {
@@ -145,27 +146,34 @@ static void parse_all(void)
     }
 }
 
+static void parse_once_and_publish(void)
+{
+    parse_all();
+    atomic_store_explicit(&parsed, 1, memory_order_release);
+}
+
 uint64_t cupool_option(enum cupool_option id)
 {
-    pthread_once(&parse_once, parse_all);
+    if (CUPOOL_UNLIKELY(!atomic_load_explicit(&parsed, memory_order_acquire)))
+        pthread_once(&parse_once, parse_once_and_publish);
     return values[id];
 }
 
 const char *cupool_option_string(enum cupool_option id)
 {
-    pthread_once(&parse_once, parse_all);
+    pthread_once(&parse_once, parse_once_and_publish);
     return strings[id];
 }
 
 void cupool_options_reload(void)
 {
-    pthread_once(&parse_once, parse_all);
+    pthread_once(&parse_once, parse_once_and_publish);
     parse_all();
 }
 
 void cupool_options_print(void)
 {
-    pthread_once(&parse_once, parse_all);
+    pthread_once(&parse_once, parse_once_and_publish);
     for (int i = 0; i < CUPOOL_OPT_COUNT; i++)
         cupool_message(CUPOOL_MSG_INFO, "%-25s = %-10s (%s) %s", rows[i].env, *strings[i] ? strings[i] : "\"\"",
                        from_env[i] ? "environment" : "default", rows[i].help);

@@ -9,6 +9,17 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Keys are device pointers: one multiply mixes them well enough, where
+ * uthash's default (Jenkins) costs several times more per lookup. */
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                      \
+    do {                                                                                          \
+        uint64_t key_;                                                                            \
+        memcpy(&key_, (keyptr), sizeof key_);                                                     \
+        (void)(keylen);                                                                           \
+        (hashv) = (unsigned)((key_ * 0x9E3779B97F4A7C15ull) >> 32);                               \
+    } while (0)
 #include <uthash.h>
 
 #define SHARDS 64
@@ -37,11 +48,18 @@ static shard_t *shard_of(CUdeviceptr ptr)
     return &shards[h >> 58];
 }
 
+/* uthash frees a table's buckets when its last entry goes and allocates
+ * them again with the next: a shard would pay a calloc and a free on every
+ * allocation of a program that holds one block at a time.  Each shard keeps
+ * a sentinel entry (pointer 0, which no free looks up) so it never empties. */
+static entry_t sentinels[SHARDS];
+
 int cupool_origin_insert(const cupool_origin_t *origin)
 {
     if (atomic_load_explicit(&fail_next, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_next, 1) > 0) return -1;
     shard_t *s = shard_of(origin->ptr);
     pthread_mutex_lock(&s->lock);
+    if (CUPOOL_UNLIKELY(!s->table)) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
     entry_t *e = s->spare;
     if (e) s->spare = e->hh.next;
     else if (!(e = malloc(sizeof *e))) {
@@ -57,6 +75,7 @@ int cupool_origin_insert(const cupool_origin_t *origin)
 
 int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
 {
+    if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
     entry_t *e;
     pthread_mutex_lock(&s->lock);
@@ -74,10 +93,11 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
 
 int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const cupool_origin_t *), int *kept)
 {
+    *kept = 0;
+    if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
     entry_t *e;
     int result = -1;
-    *kept = 0;
     pthread_mutex_lock(&s->lock);
     HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     if (e && e->origin.freed) {
@@ -101,6 +121,7 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
 
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)
 {
+    if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
     entry_t *e;
     pthread_mutex_lock(&s->lock);
@@ -118,7 +139,7 @@ void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_o
         pthread_mutex_lock(&s->lock);
         HASH_ITER(hh, s->table, e, tmp)
         {
-            if (e->origin.owner != owner || e->origin.freed) continue;
+            if (e->origin.owner != owner || e->origin.freed || !e->origin.ptr) continue;
             HASH_DEL(s->table, e);
             s->count--;
             fn(&e->origin, arg);
