@@ -215,34 +215,61 @@ typedef struct line {
     char *p, *end;
 } line_t;
 
+static void put_bytes(line_t *l, const char *s, size_t n)
+{
+    if (n > (size_t)(l->end - l->p)) n = (size_t)(l->end - l->p);
+    memcpy(l->p, s, n);
+    l->p += n;
+}
+
 static void put_str(line_t *l, const char *s)
 {
-    while (*s && l->p < l->end) *l->p++ = *s++;
+    put_bytes(l, s, strlen(s));
 }
+
+/* A literal's length is known at compile time. */
+#define put_lit(l, s) put_bytes((l), (s), sizeof(s) - 1)
 
 static void put_u64(line_t *l, uint64_t v)
 {
+    /* Two digits per division. */
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                "8081828384858687888990919293949596979899";
     char digits[20];
-    int n = 0;
-    do digits[n++] = (char)('0' + v % 10); while ((v /= 10) && n < 20);
-    while (n && l->p < l->end) *l->p++ = digits[--n];
+    char *p = digits + sizeof digits;
+    while (v >= 100) {
+        unsigned two = (unsigned)(v % 100);
+        v /= 100;
+        *--p = pairs[2 * two + 1];
+        *--p = pairs[2 * two];
+    }
+    if (v >= 10) {
+        *--p = pairs[2 * v + 1];
+        *--p = pairs[2 * v];
+    } else {
+        *--p = (char)('0' + v);
+    }
+    put_bytes(l, p, (size_t)(digits + sizeof digits - p));
 }
 
 static void put_i64(line_t *l, int64_t v)
 {
-    if (v < 0 && l->p < l->end) *l->p++ = '-';
+    if (v < 0) put_lit(l, "-");
     put_u64(l, v < 0 ? (uint64_t)-v : (uint64_t)v);
 }
 
 static void put_hex(line_t *l, uint64_t v)
 {
     static const char hex[] = "0123456789abcdef";
-    char digits[16];
-    int n = 0;
-    do digits[n++] = hex[v & 15]; while ((v >>= 4) && n < 16);
-    put_str(l, "\"0x");
-    while (n && l->p < l->end) *l->p++ = digits[--n];
-    put_str(l, "\"");
+    char digits[20];
+    char *p = digits + sizeof digits;
+    *--p = '"';
+    do *--p = hex[v & 15]; while ((v >>= 4));
+    *--p = 'x';
+    *--p = '0';
+    *--p = '"';
+    put_bytes(l, p, (size_t)(digits + sizeof digits - p));
 }
 
 void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
@@ -250,31 +277,31 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
     if (cupool_log_level < CUPOOL_LOG_CALL && result == CUDA_SUCCESS) return;
     char text[LINE_MAX_BYTES];
     line_t l = {text, text + sizeof text - 1};
-    put_str(&l, "{\"t\":");
+    put_lit(&l, "{\"t\":");
     put_u64(&l, c->start_ns);
-    put_str(&l, ",\"tid\":");
+    put_lit(&l, ",\"tid\":");
     put_i64(&l, my_buffer ? my_buffer->tid : (int)syscall(SYS_gettid));
-    put_str(&l, ",\"call\":\"");
+    put_lit(&l, ",\"call\":\"");
     put_str(&l, cupool_symbol_name(c->sym));
-    put_str(&l, "\",\"ptr\":");
+    put_lit(&l, "\",\"ptr\":");
     put_hex(&l, (uint64_t)c->ptr);
-    put_str(&l, ",\"size\":");
+    put_lit(&l, ",\"size\":");
     put_u64(&l, c->size);
-    put_str(&l, ",\"dev\":");
+    put_lit(&l, ",\"dev\":");
     put_i64(&l, c->device);
-    put_str(&l, ",\"stream\":");
+    put_lit(&l, ",\"stream\":");
     put_hex(&l, (uint64_t)(uintptr_t)c->stream);
-    put_str(&l, ",\"route\":\"");
+    put_lit(&l, ",\"route\":\"");
     put_str(&l, route_names[c->route]);
-    put_str(&l, "\",\"mode\":\"");
+    put_lit(&l, "\",\"mode\":\"");
     put_str(&l, c->mode >= 0 ? mode_names[c->mode] : "none");
-    put_str(&l, "\",\"result\":\"");
+    put_lit(&l, "\",\"result\":\"");
     put_str(&l, cupool_result_name(result));
-    put_str(&l, "\",\"dur_ns\":");
+    put_lit(&l, "\",\"dur_ns\":");
     put_u64(&l, end_ns - c->start_ns);
-    put_str(&l, ",\"reserved\":");
+    put_lit(&l, ",\"reserved\":");
     put_u64(&l, c->reserved);
-    put_str(&l, "}\n");
+    put_lit(&l, "}\n");
     /* Only whole lines: a line cut short by the buffer is dropped. */
     if (l.p < l.end) append(text, (size_t)(l.p - text), end_ns);
 }
