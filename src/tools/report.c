@@ -465,6 +465,16 @@ static void draw_histogram(FILE *f, double top)
             LEFT + PLOT_W / 2, y0 + PLOT_H + 36);
 }
 
+
+/* A device whose bytes never left zero (say, only frees of memory the log
+ * never saw allocated) would draw an empty panel. */
+static int worth_a_panel(const device_t *d)
+{
+    for (size_t i = 0; i < d->npoints; i++)
+        if (d->points[i].in_use || d->points[i].reserved) return 1;
+    return 0;
+}
+
 static int write_picture(const char *path, char **logs, int nlogs, double span_ns)
 {
     int html = strlen(path) > 5 && (strcmp(path + strlen(path) - 5, ".html") == 0 ||
@@ -475,7 +485,7 @@ static int write_picture(const char *path, char **logs, int nlogs, double span_n
         return -1;
     }
     int panels = 1;
-    for (int s = 0; s <= MAX_DEVICES; s++) panels += devices[s].npoints > 0;
+    for (int s = 0; s <= MAX_DEVICES; s++) panels += worth_a_panel(&devices[s]);
     int height = panels * PANEL_H + 60;
     if (html) fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"/><title>cupool report</title></head><body>\n");
     else fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -496,7 +506,7 @@ static int write_picture(const char *path, char **logs, int nlogs, double span_n
     fprintf(f, "%s</text>\n", nlogs > 4 ? " ..." : "");
     double top = 40;
     for (int s = 0; s <= MAX_DEVICES; s++) {
-        if (!devices[s].npoints) continue;
+        if (!worth_a_panel(&devices[s])) continue;
         char label[32];
         if (s == NO_DEVICE) snprintf(label, sizeof label, "no device");
         else snprintf(label, sizeof label, "device %d", s);
