@@ -39,6 +39,15 @@ typedef struct shard {
 static shard_t shards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
 static atomic_int fail_next;
 
+/* Unlinks an entry and keeps it for the next insertion; shard lock held. */
+static void recycle(shard_t *s, entry_t *e)
+{
+    HASH_DEL(s->table, e);
+    s->count--;
+    e->hh.next = s->spare;
+    s->spare = e;
+}
+
 static shard_t *shard_of(CUdeviceptr ptr)
 {
     /* Pool blocks are at least 256-byte aligned: mix the higher bits. */
@@ -81,11 +90,8 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
     pthread_mutex_lock(&s->lock);
     HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     if (e) {
-        HASH_DEL(s->table, e);
-        s->count--;
         *out = e->origin;
-        e->hh.next = s->spare;
-        s->spare = e;
+        recycle(s, e);
     }
     pthread_mutex_unlock(&s->lock);
     return e ? 0 : -1;
@@ -109,10 +115,7 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
         if ((*kept = keep(&e->origin))) {
             e->origin.freed = 1;
         } else {
-            HASH_DEL(s->table, e);
-            s->count--;
-            e->hh.next = s->spare;
-            s->spare = e;
+            recycle(s, e);
         }
     }
     pthread_mutex_unlock(&s->lock);
@@ -140,11 +143,8 @@ void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_o
         HASH_ITER(hh, s->table, e, tmp)
         {
             if (e->origin.owner != owner || e->origin.freed || !e->origin.ptr) continue;
-            HASH_DEL(s->table, e);
-            s->count--;
             fn(&e->origin, arg);
-            e->hh.next = s->spare;
-            s->spare = e;
+            recycle(s, e);
         }
         pthread_mutex_unlock(&s->lock);
     }

@@ -109,21 +109,11 @@ static size_t nslots;
 static uint64_t trace_allocs, trace_frees;
 static int trace_devices; /* highest logged device + 1 */
 
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, PROG ": out of memory\n");
-        exit(1);
-    }
-    return q;
-}
-
 static replay_thread_t *thread_of(int tid)
 {
     for (size_t i = 0; i < nthreads; i++)
         if (threads[i].tid == tid) return &threads[i];
-    threads = xrealloc(threads, (nthreads + 1) * sizeof *threads);
+    threads = trace_xrealloc(threads, (nthreads + 1) * sizeof *threads);
     memset(&threads[nthreads], 0, sizeof *threads);
     threads[nthreads].tid = tid;
     return &threads[nthreads++];
@@ -133,7 +123,7 @@ static void add_op(replay_thread_t *th, op_t op)
 {
     if (th->nops == th->cap) {
         th->cap = th->cap ? th->cap * 2 : 256;
-        th->ops = xrealloc(th->ops, th->cap * sizeof *th->ops);
+        th->ops = trace_xrealloc(th->ops, th->cap * sizeof *th->ops);
     }
     th->ops[th->nops++] = op;
 }
@@ -160,7 +150,7 @@ static int load_trace(const char *path)
             }
             if (nslots == cap_slots) {
                 cap_slots = cap_slots ? cap_slots * 2 : 1024;
-                slots = xrealloc(slots, cap_slots * sizeof *slots);
+                slots = trace_xrealloc(slots, cap_slots * sizeof *slots);
             }
             int dev = r->dev < 0 ? 0 : r->dev;
             if (dev >= MAX_DEVICES) dev %= MAX_DEVICES;
@@ -168,7 +158,7 @@ static int load_trace(const char *path)
             slots[nslots].ptr = 0;
             atomic_init(&slots[nslots].state, 0);
             slots[nslots].dev = dev;
-            l = xrealloc(NULL, sizeof *l);
+            l = trace_xrealloc(NULL, sizeof *l);
             l->ptr = ptr;
             l->slot = (uint32_t)nslots;
             HASH_ADD(hh, live, ptr, sizeof l->ptr, l);
@@ -432,7 +422,7 @@ static char **child_environment(const char *config, const char *library)
 {
     size_t n = 0;
     while (environ[n]) n++;
-    char **env = xrealloc(NULL, (n + 8) * sizeof *env);
+    char **env = trace_xrealloc(NULL, (n + 8) * sizeof *env);
     size_t o = 0;
     static char preload[8192], policy[64], freemode[64];
     const char *old_preload = "";

@@ -70,21 +70,11 @@ static device_t devices[MAX_DEVICES + 1];
 static block_t *blocks;
 static uint64_t hist_all[BUCKETS];
 
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, PROG ": out of memory\n");
-        exit(1);
-    }
-    return q;
-}
-
 static void push(u64_vec_t *vec, uint64_t x)
 {
     if (vec->n == vec->cap) {
         vec->cap = vec->cap ? vec->cap * 2 : 256;
-        vec->v = xrealloc(vec->v, vec->cap * sizeof *vec->v);
+        vec->v = trace_xrealloc(vec->v, vec->cap * sizeof *vec->v);
     }
     vec->v[vec->n++] = x;
 }
@@ -99,9 +89,9 @@ static device_t *device(const trace_t *t, int dev)
     device_t *d = &devices[slot(dev)];
     if (!d->seen) {
         d->seen = 1;
-        d->calls = xrealloc(NULL, t->name_count * sizeof *d->calls);
-        d->failures = xrealloc(NULL, t->name_count * sizeof *d->failures);
-        d->reserved_by_file = xrealloc(NULL, t->files * sizeof *d->reserved_by_file);
+        d->calls = trace_xrealloc(NULL, t->name_count * sizeof *d->calls);
+        d->failures = trace_xrealloc(NULL, t->name_count * sizeof *d->failures);
+        d->reserved_by_file = trace_xrealloc(NULL, t->files * sizeof *d->reserved_by_file);
         memset(d->calls, 0, t->name_count * sizeof *d->calls);
         memset(d->failures, 0, t->name_count * sizeof *d->failures);
         memset(d->reserved_by_file, 0, t->files * sizeof *d->reserved_by_file);
@@ -116,7 +106,7 @@ static void add_point(device_t *d, uint64_t t)
         return;
     if (d->npoints == d->cap_points) {
         d->cap_points = d->cap_points ? d->cap_points * 2 : 1024;
-        d->points = xrealloc(d->points, d->cap_points * sizeof *d->points);
+        d->points = trace_xrealloc(d->points, d->cap_points * sizeof *d->points);
     }
     d->points[d->npoints++] = (point_t){t, d->in_use, d->reserved};
 }
@@ -175,7 +165,7 @@ static void account(const trace_t *t, const trace_record_t *r)
         }
         block_t *old = find_block(r->ptr, r->file);
         if (old) release(old, r->t - t->records[0].t); /* its free was not logged */
-        b = xrealloc(NULL, sizeof *b);
+        b = trace_xrealloc(NULL, sizeof *b);
         memset(b, 0, sizeof *b);
         b->key.ptr = r->ptr;
         b->key.file = r->file;
@@ -538,7 +528,7 @@ int main(int argc, char **argv)
 {
     const char *out = "cupool-report.svg";
     int quiet = 0, nlogs = 0;
-    char **logs = xrealloc(NULL, (size_t)argc * sizeof *logs);
+    char **logs = trace_xrealloc(NULL, (size_t)argc * sizeof *logs);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
         else if (strncmp(argv[i], "-o", 2) == 0 && argv[i][2]) out = argv[i] + 2;

@@ -13,19 +13,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+void *trace_xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "cupool: out of memory\n");
+        exit(1);
+    }
+    return q;
+}
+
 static uint16_t intern(trace_t *t, const char *name)
 {
     for (size_t i = 0; i < t->name_count; i++)
         if (strcmp(t->names[i], name) == 0) return (uint16_t)i;
     if (t->name_count >= 65535) return 0;
-    char **grown = realloc(t->names, (t->name_count + 1) * sizeof *grown);
-    char *copy = strdup(name);
-    if (!grown || !copy) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    t->names = grown;
-    t->names[t->name_count] = copy;
+    t->names = trace_xrealloc(t->names, (t->name_count + 1) * sizeof *t->names);
+    size_t len = strlen(name) + 1;
+    t->names[t->name_count] = memcpy(trace_xrealloc(NULL, len), name, len);
     return (uint16_t)t->name_count++;
 }
 
@@ -119,12 +124,7 @@ int trace_read(trace_t *t, const char *path, const char *prog)
         r.file = (uint16_t)t->files;
         if (t->count == t->capacity) {
             size_t cap = t->capacity ? t->capacity * 2 : 4096;
-            trace_record_t *grown = realloc(t->records, cap * sizeof *grown);
-            if (!grown) {
-                fprintf(stderr, "%s: out of memory reading %s\n", prog, path);
-                exit(1);
-            }
-            t->records = grown;
+            t->records = trace_xrealloc(t->records, cap * sizeof *t->records);
             t->capacity = cap;
         }
         t->records[t->count++] = r;

@@ -47,5 +47,8 @@ int trace_read(trace_t *t, const char *path, const char *prog);
 /* Puts the records in start-time order (stable: file, then line). */
 void trace_sort(trace_t *t);
 void trace_free(trace_t *t);
+/* realloc that ends the tool with a message when memory runs out (the tools
+ * are commands of their own, never inside someone else's process). */
+void *trace_xrealloc(void *p, size_t n);
 
 #endif
