@@ -33,20 +33,6 @@
 enum { NODE_KERNEL = 1, NODE_EMPTY };
 enum { PROBE_UNKNOWN, PROBE_ACCEPTS, PROBE_REJECTS };
 
-/* The simulated driver implements some entry points by calling others through
- * their exported names, which LD_PRELOAD sends back to these shims; a call
- * made while cupool itself is inside the driver goes straight through.  The
- * real driver never does this, so it costs one thread-local test. */
-static __thread int in_driver;
-#define REAL(result, expr)                                                                                  \
-    do {                                                                                                    \
-        in_driver++;                                                                                        \
-        (result) = (expr);                                                                                  \
-        in_driver--;                                                                                        \
-    } while (0)
-#define NESTED(name, args)                                                                                  \
-    if (CUPOOL_UNLIKELY(in_driver) && real_##name) return real_##name args
-
 /* ---- the fill kernels, per context ---------------------------------------- */
 
 typedef struct fill_module {
@@ -167,7 +153,7 @@ static int probe(const fill_module_t *m)
     if (r == CUDA_SUCCESS && (r = real_cuGraphCreate(&graph, 0)) == CUDA_SUCCESS) {
         CUDA_MEMSET_NODE_PARAMS p = {.dst = block, .pitch = 256, .value = 0, .elementSize = 1, .width = 256, .height = 1};
         CUresult added;
-        REAL(added, real_cuGraphAddMemsetNode(&node, graph, NULL, 0, &p, m->ctx));
+        added = real_cuGraphAddMemsetNode(&node, graph, NULL, 0, &p, m->ctx);
         state = added == CUDA_SUCCESS ? PROBE_ACCEPTS : PROBE_REJECTS;
         cupool_message(CUPOOL_MSG_INFO, "device %d: the driver %s graph memset nodes on stream-ordered memory (%s)",
                        m->device, state == PROBE_ACCEPTS ? "accepts" : "rejects", cupool_result_name(added));
@@ -356,16 +342,16 @@ static CUresult add_replacement(const add_request_t *rq, int kind, const fill_la
 {
     CUresult r;
     if (rq->via == VIA_MEMSET) {
-        if (kind == NODE_KERNEL) REAL(r, real_cuGraphAddKernelNode_v2(rq->out, rq->graph, rq->deps, rq->ndeps, &l->kp));
-        else REAL(r, real_cuGraphAddEmptyNode(rq->out, rq->graph, rq->deps, rq->ndeps));
+        if (kind == NODE_KERNEL) r = real_cuGraphAddKernelNode_v2(rq->out, rq->graph, rq->deps, rq->ndeps, &l->kp);
+        else r = real_cuGraphAddEmptyNode(rq->out, rq->graph, rq->deps, rq->ndeps);
         return r;
     }
     CUgraphNodeParams np;
     memset(&np, 0, sizeof np);
     np.type = kind == NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL : CU_GRAPH_NODE_TYPE_EMPTY;
     if (kind == NODE_KERNEL) memcpy(&np.kernel, &l->kp, sizeof l->kp); /* v3 has v2's layout */
-    if (rq->via == VIA_NODE) REAL(r, real_cuGraphAddNode(rq->out, rq->graph, rq->deps, rq->ndeps, &np));
-    else REAL(r, real_cuGraphAddNode_v2(rq->out, rq->graph, rq->deps, rq->edges, rq->ndeps, &np));
+    if (rq->via == VIA_NODE) r = real_cuGraphAddNode(rq->out, rq->graph, rq->deps, rq->ndeps, &np);
+    else r = real_cuGraphAddNode_v2(rq->out, rq->graph, rq->deps, rq->edges, rq->ndeps, &np);
     return r;
 }
 
@@ -422,19 +408,17 @@ CUPOOL_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hG
                                             size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams,
                                             CUcontext ctx)
 {
-    NESTED(cuGraphAddMemsetNode, (phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx));
     CUPOOL_SHIM_BEGIN(call, cuGraphAddMemsetNode);
     add_request_t rq = {VIA_MEMSET, phGraphNode, hGraph, dependencies, NULL, numDependencies};
     CUresult r;
     if (try_rewrite(&rq, memsetParams, ctx, &call, &r)) return cupool_call_end(&call, r);
-    REAL(r, real_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx));
+    r = real_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
     return cupool_call_end(&call, r);
 }
 
 CUPOOL_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                       size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    NESTED(cuGraphAddNode, (phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
     CUPOOL_SHIM_BEGIN(call, cuGraphAddNode);
     CUresult r;
     if (nodeParams && nodeParams->type == CU_GRAPH_NODE_TYPE_MEMSET) {
@@ -442,7 +426,7 @@ CUPOOL_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, 
         CUDA_MEMSET_NODE_PARAMS p = memset_v1(&nodeParams->memset);
         if (try_rewrite(&rq, &p, nodeParams->memset.ctx, &call, &r)) return cupool_call_end(&call, r);
     }
-    REAL(r, real_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+    r = real_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     return cupool_call_end(&call, r);
 }
 
@@ -450,7 +434,6 @@ CUPOOL_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                          CUgraphNodeParams *nodeParams)
 {
-    NESTED(cuGraphAddNode_v2, (phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams));
     CUPOOL_SHIM_BEGIN(call, cuGraphAddNode_v2);
     CUresult r;
     if (nodeParams && nodeParams->type == CU_GRAPH_NODE_TYPE_MEMSET) {
@@ -458,7 +441,7 @@ CUPOOL_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
         CUDA_MEMSET_NODE_PARAMS p = memset_v1(&nodeParams->memset);
         if (try_rewrite(&rq, &p, nodeParams->memset.ctx, &call, &r)) return cupool_call_end(&call, r);
     }
-    REAL(r, real_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams));
+    r = real_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
     return cupool_call_end(&call, r);
 }
 
@@ -485,8 +468,8 @@ static CUresult set_rewritten(const rewritten_t *rec, const CUDA_MEMSET_NODE_PAR
     if (!empty) {
         fill_launch_t l;
         fill_params(&l, rec->module, rec->ctx, p);
-        if (exec) REAL(r, real_cuGraphExecKernelNodeSetParams_v2(exec, rec->node, &l.kp));
-        else REAL(r, real_cuGraphKernelNodeSetParams_v2(rec->node, &l.kp));
+        if (exec) r = real_cuGraphExecKernelNodeSetParams_v2(exec, rec->node, &l.kp);
+        else r = real_cuGraphKernelNodeSetParams_v2(rec->node, &l.kp);
     }
     if (r == CUDA_SUCCESS && !exec) {
         pthread_mutex_lock(&table_lock);
@@ -512,7 +495,6 @@ static CUresult set_rewritten_generic(const rewritten_t *rec, const CUgraphNodeP
 
 CUPOOL_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    NESTED(cuGraphMemsetNodeGetParams, (hNode, nodeParams));
     CUPOOL_SHIM_BEGIN(call, cuGraphMemsetNodeGetParams);
     rewritten_t rec;
     if (find_record(hNode, &rec)) {
@@ -522,25 +504,23 @@ CUPOOL_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET
         return cupool_call_end(&call, CUDA_SUCCESS);
     }
     CUresult r;
-    REAL(r, real_cuGraphMemsetNodeGetParams(hNode, nodeParams));
+    r = real_cuGraphMemsetNodeGetParams(hNode, nodeParams);
     return cupool_call_end(&call, r);
 }
 
 CUPOOL_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    NESTED(cuGraphMemsetNodeSetParams, (hNode, nodeParams));
     CUPOOL_SHIM_BEGIN(call, cuGraphMemsetNodeSetParams);
     rewritten_t rec;
     if (find_record(hNode, &rec)) return cupool_call_end(&call, set_rewritten(&rec, nodeParams, NULL, &call));
     CUresult r;
-    REAL(r, real_cuGraphMemsetNodeSetParams(hNode, nodeParams));
+    r = real_cuGraphMemsetNodeSetParams(hNode, nodeParams);
     return cupool_call_end(&call, r);
 }
 
 CUPOOL_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                       const CUDA_MEMSET_NODE_PARAMS *nodeParams, CUcontext ctx)
 {
-    NESTED(cuGraphExecMemsetNodeSetParams, (hGraphExec, hNode, nodeParams, ctx));
     CUPOOL_SHIM_BEGIN(call, cuGraphExecMemsetNodeSetParams);
     rewritten_t rec;
     if (find_record(hNode, &rec)) {
@@ -552,37 +532,34 @@ CUPOOL_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CU
         return cupool_call_end(&call, set_rewritten(&rec, nodeParams, hGraphExec, &call));
     }
     CUresult r;
-    REAL(r, real_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, nodeParams, ctx));
+    r = real_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, nodeParams, ctx);
     return cupool_call_end(&call, r);
 }
 
 CUPOOL_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    NESTED(cuGraphNodeSetParams, (hNode, nodeParams));
     CUPOOL_SHIM_BEGIN(call, cuGraphNodeSetParams);
     rewritten_t rec;
     if (find_record(hNode, &rec)) return cupool_call_end(&call, set_rewritten_generic(&rec, nodeParams, NULL, &call));
     CUresult r;
-    REAL(r, real_cuGraphNodeSetParams(hNode, nodeParams));
+    r = real_cuGraphNodeSetParams(hNode, nodeParams);
     return cupool_call_end(&call, r);
 }
 
 CUPOOL_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                 CUgraphNodeParams *nodeParams)
 {
-    NESTED(cuGraphExecNodeSetParams, (hGraphExec, hNode, nodeParams));
     CUPOOL_SHIM_BEGIN(call, cuGraphExecNodeSetParams);
     rewritten_t rec;
     if (find_record(hNode, &rec))
         return cupool_call_end(&call, set_rewritten_generic(&rec, nodeParams, hGraphExec, &call));
     CUresult r;
-    REAL(r, real_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams));
+    r = real_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
     return cupool_call_end(&call, r);
 }
 
 CUPOOL_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
-    NESTED(cuGraphNodeGetType, (hNode, type));
     CUPOOL_SHIM_BEGIN(call, cuGraphNodeGetType);
     rewritten_t rec;
     if (type && find_record(hNode, &rec)) {
@@ -591,7 +568,7 @@ CUPOOL_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *ty
         return cupool_call_end(&call, CUDA_SUCCESS);
     }
     CUresult r;
-    REAL(r, real_cuGraphNodeGetType(hNode, type));
+    r = real_cuGraphNodeGetType(hNode, type);
     return cupool_call_end(&call, r);
 }
 
@@ -607,7 +584,7 @@ static void register_clone(CUgraph original, CUgraph clone)
         if (rec->graph != original) continue;
         CUgraphNode copy = NULL;
         CUresult r;
-        REAL(r, real_cuGraphNodeFindInClone(&copy, rec->node, clone));
+        r = real_cuGraphNodeFindInClone(&copy, rec->node, clone);
         if (r != CUDA_SUCCESS || !copy) {
             cupool_message(CUPOOL_MSG_WARN, "cannot find rewritten memset node %p in clone %p (%s)",
                            (void *)rec->node, (void *)clone, cupool_result_name(r));
@@ -633,10 +610,9 @@ static void register_clone(CUgraph original, CUgraph clone)
 
 CUPOOL_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
-    NESTED(cuGraphClone, (phGraphClone, originalGraph));
     CUPOOL_SHIM_BEGIN(call, cuGraphClone);
     CUresult r;
-    REAL(r, real_cuGraphClone(phGraphClone, originalGraph));
+    r = real_cuGraphClone(phGraphClone, originalGraph);
     if (r == CUDA_SUCCESS && atomic_load(&records)) register_clone(originalGraph, *phGraphClone);
     return cupool_call_end(&call, r);
 }
@@ -644,10 +620,9 @@ CUPOOL_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph
 CUPOOL_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
     /* The clone's node was registered by cuGraphClone: nothing to do here. */
-    NESTED(cuGraphNodeFindInClone, (phNode, hOriginalNode, hClonedGraph));
     CUPOOL_SHIM_BEGIN(call, cuGraphNodeFindInClone);
     CUresult r;
-    REAL(r, real_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph));
+    r = real_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
     return cupool_call_end(&call, r);
 }
 
@@ -655,15 +630,14 @@ CUPOOL_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode h
  * same address by another thread right after cannot lose its record. */
 CUPOOL_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
-    NESTED(cuGraphDestroyNode, (hNode));
     CUPOOL_SHIM_BEGIN(call, cuGraphDestroyNode);
     CUresult r;
     if (!atomic_load(&records)) {
-        REAL(r, real_cuGraphDestroyNode(hNode));
+        r = real_cuGraphDestroyNode(hNode);
         return cupool_call_end(&call, r);
     }
     pthread_mutex_lock(&table_lock);
-    REAL(r, real_cuGraphDestroyNode(hNode));
+    r = real_cuGraphDestroyNode(hNode);
     rewritten_t *rec;
     HASH_FIND_PTR(table, &hNode, rec);
     if (r == CUDA_SUCCESS && rec) {
@@ -678,15 +652,14 @@ CUPOOL_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 
 CUPOOL_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
-    NESTED(cuGraphDestroy, (hGraph));
     CUPOOL_SHIM_BEGIN(call, cuGraphDestroy);
     CUresult r;
     if (!atomic_load(&records)) {
-        REAL(r, real_cuGraphDestroy(hGraph));
+        r = real_cuGraphDestroy(hGraph);
         return cupool_call_end(&call, r);
     }
     pthread_mutex_lock(&table_lock);
-    REAL(r, real_cuGraphDestroy(hGraph));
+    r = real_cuGraphDestroy(hGraph);
     if (r == CUDA_SUCCESS) {
         rewritten_t *rec, *tmp;
         HASH_ITER(hh, table, rec, tmp) {
