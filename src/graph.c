@@ -152,8 +152,7 @@ static int probe(const fill_module_t *m)
     int state = PROBE_ACCEPTS;
     if (r == CUDA_SUCCESS && (r = real_cuGraphCreate(&graph, 0)) == CUDA_SUCCESS) {
         CUDA_MEMSET_NODE_PARAMS p = {.dst = block, .pitch = 256, .value = 0, .elementSize = 1, .width = 256, .height = 1};
-        CUresult added;
-        added = real_cuGraphAddMemsetNode(&node, graph, NULL, 0, &p, m->ctx);
+        CUresult added = real_cuGraphAddMemsetNode(&node, graph, NULL, 0, &p, m->ctx);
         state = added == CUDA_SUCCESS ? PROBE_ACCEPTS : PROBE_REJECTS;
         cupool_message(CUPOOL_MSG_INFO, "device %d: the driver %s graph memset nodes on stream-ordered memory (%s)",
                        m->device, state == PROBE_ACCEPTS ? "accepts" : "rejects", cupool_result_name(added));
