@@ -44,8 +44,8 @@ struct deferred_batch {
 
 /* A program that frees faster than the GPU catches up (the host runs ahead
  * of its kernels) would otherwise pile up freed memory without bound; past
- * this many bytes waiting, a free waits for the oldest batches, as a native
- * cuMemFree would have. */
+ * this many bytes waiting, a free waits for the oldest batches (a native
+ * cuMemFree would have waited for the whole device). */
 #define DEFERRED_MAX_BYTES (1ull << 30)
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -457,16 +457,19 @@ static void record_batch(cupool_context_t *c)
     c->batch_start_ns = 0;
 }
 
-/* Called with c->lock held and c->ctx current. */
-static void reclaim_locked(cupool_context_t *c, int wait)
+/* Returns the batches whose events have completed to the pools, and waits
+ * for the oldest ones while more than `keep` bytes are still waiting (0:
+ * wait for all; UINT64_MAX: never wait).  Called with c->lock held and
+ * c->ctx current. */
+static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 {
     if (c->pending && atomic_load(&cupool_captures) == 0) {
         uint64_t now = cupool_now_ns();
-        if (wait || c->nstreams <= BATCH_CHEAP_STREAMS || c->npending >= BATCH_MAX_BLOCKS ||
+        if (c->deferred_bytes > keep || c->nstreams <= BATCH_CHEAP_STREAMS || c->npending >= BATCH_MAX_BLOCKS ||
             now - c->batch_start_ns >= BATCH_MAX_WAIT_NS)
             record_batch(c);
     }
-    while (c->head && batch_complete(c->head, wait)) {
+    while (c->head && batch_complete(c->head, c->deferred_bytes > keep)) {
         deferred_batch_t *batch = c->head;
         c->head = batch->next;
         if (!c->head) c->tail = NULL;
@@ -494,7 +497,7 @@ void cupool_reclaim(cupool_context_t *c, int wait)
     if (!c->head && !c->held && !c->pending) return;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    reclaim_locked(c, wait);
+    reclaim_locked(c, wait ? 0 : UINT64_MAX);
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
 }
@@ -514,7 +517,9 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
         c->pending = b;
         c->deferred_bytes += o->size;
         if (c->npending++ == 0) c->batch_start_ns = cupool_now_ns();
-        reclaim_locked(c, c->deferred_bytes > DEFERRED_MAX_BYTES);
+        /* Past the cap, wait for the oldest batches until a quarter of it
+         * is free again: the host stays ahead of the GPU, by less. */
+        reclaim_locked(c, c->deferred_bytes > DEFERRED_MAX_BYTES ? DEFERRED_MAX_BYTES / 4 * 3 : UINT64_MAX);
     }
     pthread_mutex_unlock(&c->lock);
     return CUDA_SUCCESS;
