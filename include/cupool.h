@@ -24,7 +24,7 @@ typedef struct cupool_stats {
     uint64_t native_allocs;   /* allocations passed to cuMemAlloc */
     uint64_t pooled_frees;
     uint64_t in_use;          /* pooled bytes allocated and not freed */
-    uint64_t peak_in_use;
+    uint64_t peak_in_use;     /* tracked only while CUPOOL_STATS or CUPOOL_LOG is on */
     uint64_t peak_reserved;   /* the most the device's pools held (tracked only
                                  while CUPOOL_STATS or CUPOOL_LOG is on: it
                                  costs a driver query per call) */

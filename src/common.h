@@ -151,17 +151,16 @@ CUresult cupool_missing(const char *name);
 
 #define CUPOOL_MAX_DEVICES 64
 
+/* Per device, what is counted rarely or only while CUPOOL_STATS/CUPOOL_LOG
+ * is on (the per-call counts live per thread inside stats.c). */
 typedef struct cupool_device_stats {
-    atomic_ullong pooled_allocs, native_allocs, pooled_frees, native_frees;
-    atomic_ullong pooled_bytes, native_bytes;
-    atomic_ullong in_use, peak_in_use, peak_reserved;
+    atomic_ullong in_use, peak_in_use, peak_reserved; /* only while timing */
     atomic_ullong trims, oom_retries, rewritten_memsets;
-    atomic_ullong saved_ns; /* estimated native cost of the pooled calls */
 } cupool_device_stats_t;
 
-extern atomic_ullong cupool_calls[CUPOOL_SYM_COUNT];
-extern atomic_ullong cupool_time_ns;
 extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
+/* Counts a call of entry point sym; served_ns: time of a call cupool served. */
+void cupool_stats_call(int sym, uint64_t served_ns);
 cupool_device_stats_t *cupool_stats_for(int device);
 void cupool_stats_alloc(int device, int route, size_t size);
 void cupool_stats_free(int device, int route, size_t size);

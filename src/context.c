@@ -563,7 +563,7 @@ static void free_on_legacy(const cupool_origin_t *o, void *arg)
 {
     cupool_context_t *c = arg;
     real_cuMemFreeAsync(o->ptr, CU_STREAM_LEGACY);
-    atomic_fetch_sub(&c->device->used, o->size);
+    cupool_device_used(c->device, -(int64_t)o->size);
     cupool_stats_free(c->device->ordinal, CUPOOL_ROUTE_POOL, o->size);
 }
 

@@ -58,6 +58,15 @@ cupool_context_t *cupool_current_context(void);
 /* The state of a given context, created on first use (must be current). */
 cupool_context_t *cupool_context_of(CUcontext ctx);
 
+/* Adds delta to the bytes a device's pools serve.  The count is shared by
+ * every thread, so it is kept only where something reads it: CUPOOL_LIMIT,
+ * and the pool-size queries of the log and statistics. */
+static inline void cupool_device_used(cupool_device_t *dev, int64_t delta)
+{
+    if (cupool_timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED)
+        atomic_fetch_add_explicit(&dev->used, (unsigned long long)delta, memory_order_relaxed);
+}
+
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
 

@@ -148,15 +148,15 @@ uint64_t cupool_now_ns(void)
 
 CUresult cupool_call_end(cupool_call_t *c, CUresult result)
 {
-    atomic_fetch_add_explicit(&cupool_calls[c->sym], 1, memory_order_relaxed);
+    uint64_t served = 0;
     if (c->start_ns) {
         uint64_t end = cupool_now_ns();
         /* Time in cupool means the calls cupool served itself; the rest is
          * the driver's own time, which the program would spend anyway. */
-        if (c->route == CUPOOL_ROUTE_POOL || c->route == CUPOOL_ROUTE_REWRITTEN)
-            atomic_fetch_add_explicit(&cupool_time_ns, end - c->start_ns, memory_order_relaxed);
+        if (c->route == CUPOOL_ROUTE_POOL || c->route == CUPOOL_ROUTE_REWRITTEN) served = end - c->start_ns;
         if (cupool_log_level >= 0) cupool_log_call(c, result, end);
     }
+    cupool_stats_call(c->sym, served);
     return result;
 }
 

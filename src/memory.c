@@ -76,7 +76,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
         cupool_free_block(c, &origin, 0);
         return native_alloc(c, dptr, size, call);
     }
-    atomic_fetch_add_explicit(&c->device->used, size, memory_order_relaxed);
+    cupool_device_used(c->device, (int64_t)size);
     call->route = CUPOOL_ROUTE_POOL;
     call->ptr = *dptr;
     cupool_stats_alloc(call->device, CUPOOL_ROUTE_POOL, size);
@@ -144,7 +144,7 @@ CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     int pushed = cupool_enter_context(c->ctx);
     CUresult r = cupool_free_block(c, &o, deferred);
     cupool_leave_context(pushed);
-    atomic_fetch_sub_explicit(&c->device->used, o.size, memory_order_relaxed);
+    cupool_device_used(c->device, -(int64_t)o.size);
     cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
     if (cupool_timing) call.reserved = cupool_device_reserved_recent(c->device, call.start_ns);
     return cupool_call_end(&call, r);
@@ -178,7 +178,7 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
     if (known == 0 && o.freed) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real(dptr, stream);
     if (r != CUDA_SUCCESS || known != 0 || cupool_origin_remove(dptr, &o) != 0) return r;
-    atomic_fetch_sub_explicit(&o.owner->device->used, o.size, memory_order_relaxed);
+    cupool_device_used(o.owner->device, -(int64_t)o.size);
     call->device = o.owner->device->ordinal;
     call->size = o.size;
     call->route = CUPOOL_ROUTE_POOL;

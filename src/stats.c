@@ -2,24 +2,30 @@
  * Counters behind CUPOOL_STATS=1: calls seen per handled entry point, and per
  * device the pooled and native allocations, bytes, peaks, trims, OOM retries
  * and rewritten memsets, plus the time spent inside cupool and an estimate of
- * what the pooled calls would have cost natively.  All counters are relaxed
- * atomics: the hot path pays one uncontended add each.  The summary is
- * printed at exit and touches no driver.
+ * what the pooled calls would have cost natively.  The counters every call
+ * touches are kept per thread; the summary is printed at exit and touches no
+ * driver.
  */
 #include "common.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
-atomic_ullong cupool_calls[CUPOOL_SYM_COUNT];
-atomic_ullong cupool_time_ns;
-/* The last slot collects what happened on no known device. */
+/* The rare counters (trims, OOM retries, rewritten memsets, peaks), one set
+ * per device; the last slot collects what happened on no known device. */
 cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
 
 cupool_device_stats_t *cupool_stats_for(int device)
 {
     return &cupool_device_stats[device >= 0 && device < CUPOOL_MAX_DEVICES ? device : CUPOOL_MAX_DEVICES];
+}
+
+static int slot(int device)
+{
+    return device >= 0 && device < CUPOOL_MAX_DEVICES ? device : CUPOOL_MAX_DEVICES;
 }
 
 static void raise_peak(atomic_ullong *peak, unsigned long long value)
@@ -28,6 +34,128 @@ static void raise_peak(atomic_ullong *peak, unsigned long long value)
     while (value > old && !atomic_compare_exchange_weak_explicit(peak, &old, value, memory_order_relaxed,
                                                                  memory_order_relaxed)) {
     }
+}
+
+/* ---- the hot counters, one set per thread -------------------------------- */
+
+/* Counted on every call.  Atomic adds on counters every thread shares would
+ * bounce their cache lines between cores on each allocation, so each thread
+ * counts into its own set (a plain load and store: only it writes there) and
+ * readers add the sets up.  A thread's set is folded into `retired` when the
+ * thread ends. */
+enum { HOT_POOLED_ALLOCS, HOT_NATIVE_ALLOCS, HOT_POOLED_FREES, HOT_NATIVE_FREES, HOT_POOLED_BYTES,
+       HOT_NATIVE_BYTES, HOT_FREED_BYTES, HOT_ESTIMATE_NS, HOT_COUNT };
+
+typedef struct hot {
+    atomic_ullong device[CUPOOL_MAX_DEVICES + 1][HOT_COUNT];
+    atomic_ullong calls[CUPOOL_SYM_COUNT];
+    atomic_ullong time_ns; /* in the calls cupool served itself */
+    struct hot *next;
+} hot_t;
+
+static pthread_mutex_t hot_lock = PTHREAD_MUTEX_INITIALIZER;
+static hot_t *hot_sets;
+static hot_t retired; /* also the set of a thread whose own could not be allocated */
+static pthread_key_t hot_key;
+static pthread_once_t hot_once = PTHREAD_ONCE_INIT;
+static __thread hot_t *my_hot;
+
+static void bump(hot_t *h, atomic_ullong *counter, uint64_t n)
+{
+    if (CUPOOL_UNLIKELY(h == &retired)) atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+    else atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
+static void fold(hot_t *into, const hot_t *from)
+{
+    for (int d = 0; d <= CUPOOL_MAX_DEVICES; d++)
+        for (int k = 0; k < HOT_COUNT; k++)
+            atomic_fetch_add_explicit(&into->device[d][k], atomic_load_explicit(&from->device[d][k], memory_order_relaxed),
+                                      memory_order_relaxed);
+    for (int i = 0; i < CUPOOL_SYM_COUNT; i++)
+        atomic_fetch_add_explicit(&into->calls[i], atomic_load_explicit(&from->calls[i], memory_order_relaxed),
+                                  memory_order_relaxed);
+    atomic_fetch_add_explicit(&into->time_ns, atomic_load_explicit(&from->time_ns, memory_order_relaxed),
+                              memory_order_relaxed);
+}
+
+static void thread_done(void *arg)
+{
+    hot_t *h = arg;
+    pthread_mutex_lock(&hot_lock);
+    fold(&retired, h);
+    for (hot_t **p = &hot_sets; *p; p = &(*p)->next)
+        if (*p == h) {
+            *p = h->next;
+            break;
+        }
+    pthread_mutex_unlock(&hot_lock);
+    free(h);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&hot_lock);
+}
+
+static void fork_done(void)
+{
+    pthread_mutex_unlock(&hot_lock);
+}
+
+static void hot_setup(void)
+{
+    pthread_key_create(&hot_key, thread_done);
+    pthread_atfork(fork_prepare, fork_done, fork_done);
+}
+
+static hot_t *hot(void)
+{
+    if (CUPOOL_LIKELY(my_hot != NULL)) return my_hot;
+    pthread_once(&hot_once, hot_setup);
+    hot_t *h = calloc(1, sizeof *h);
+    if (!h) return &retired;
+    pthread_mutex_lock(&hot_lock);
+    h->next = hot_sets;
+    hot_sets = h;
+    pthread_mutex_unlock(&hot_lock);
+    pthread_setspecific(hot_key, h);
+    return my_hot = h;
+}
+
+/* The sum over every thread's set of device counter k. */
+static uint64_t hot_sum(int device, int k)
+{
+    pthread_mutex_lock(&hot_lock);
+    uint64_t total = atomic_load_explicit(&retired.device[device][k], memory_order_relaxed);
+    for (hot_t *h = hot_sets; h; h = h->next) total += atomic_load_explicit(&h->device[device][k], memory_order_relaxed);
+    pthread_mutex_unlock(&hot_lock);
+    return total;
+}
+
+static uint64_t hot_calls(int sym)
+{
+    pthread_mutex_lock(&hot_lock);
+    uint64_t total = atomic_load_explicit(&retired.calls[sym], memory_order_relaxed);
+    for (hot_t *h = hot_sets; h; h = h->next) total += atomic_load_explicit(&h->calls[sym], memory_order_relaxed);
+    pthread_mutex_unlock(&hot_lock);
+    return total;
+}
+
+static uint64_t hot_time(void)
+{
+    pthread_mutex_lock(&hot_lock);
+    uint64_t total = atomic_load_explicit(&retired.time_ns, memory_order_relaxed);
+    for (hot_t *h = hot_sets; h; h = h->next) total += atomic_load_explicit(&h->time_ns, memory_order_relaxed);
+    pthread_mutex_unlock(&hot_lock);
+    return total;
+}
+
+void cupool_stats_call(int sym, uint64_t served_ns)
+{
+    hot_t *h = hot();
+    bump(h, &h->calls[sym], 1);
+    if (served_ns) bump(h, &h->time_ns, served_ns);
 }
 
 /* Native cuMemAlloc and cuMemFree latency on an H200 (DESIGN.md), by size;
@@ -51,27 +179,36 @@ static uint64_t native_estimate_ns(size_t size, int is_free)
 
 void cupool_stats_alloc(int device, int route, size_t size)
 {
-    cupool_device_stats_t *s = cupool_stats_for(device);
+    hot_t *h = hot();
+    atomic_ullong *c = h->device[slot(device)];
     if (route == CUPOOL_ROUTE_POOL) {
-        atomic_fetch_add_explicit(&s->pooled_allocs, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->pooled_bytes, size, memory_order_relaxed);
-        raise_peak(&s->peak_in_use, atomic_fetch_add_explicit(&s->in_use, size, memory_order_relaxed) + size);
-        if (cupool_timing) atomic_fetch_add_explicit(&s->saved_ns, native_estimate_ns(size, 0), memory_order_relaxed);
+        bump(h, &c[HOT_POOLED_ALLOCS], 1);
+        bump(h, &c[HOT_POOLED_BYTES], size);
+        if (cupool_timing) {
+            /* The peak needs one shared sum: kept only when asked for. */
+            cupool_device_stats_t *s = cupool_stats_for(device);
+            raise_peak(&s->peak_in_use, atomic_fetch_add_explicit(&s->in_use, size, memory_order_relaxed) + size);
+            bump(h, &c[HOT_ESTIMATE_NS], native_estimate_ns(size, 0));
+        }
     } else {
-        atomic_fetch_add_explicit(&s->native_allocs, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->native_bytes, size, memory_order_relaxed);
+        bump(h, &c[HOT_NATIVE_ALLOCS], 1);
+        bump(h, &c[HOT_NATIVE_BYTES], size);
     }
 }
 
 void cupool_stats_free(int device, int route, size_t size)
 {
-    cupool_device_stats_t *s = cupool_stats_for(device);
+    hot_t *h = hot();
+    atomic_ullong *c = h->device[slot(device)];
     if (route == CUPOOL_ROUTE_POOL) {
-        atomic_fetch_add_explicit(&s->pooled_frees, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&s->in_use, size, memory_order_relaxed);
-        if (cupool_timing) atomic_fetch_add_explicit(&s->saved_ns, native_estimate_ns(size, 1), memory_order_relaxed);
+        bump(h, &c[HOT_POOLED_FREES], 1);
+        bump(h, &c[HOT_FREED_BYTES], size);
+        if (cupool_timing) {
+            atomic_fetch_sub_explicit(&cupool_stats_for(device)->in_use, size, memory_order_relaxed);
+            bump(h, &c[HOT_ESTIMATE_NS], native_estimate_ns(size, 1));
+        }
     } else {
-        atomic_fetch_add_explicit(&s->native_frees, 1, memory_order_relaxed);
+        bump(h, &c[HOT_NATIVE_FREES], 1);
     }
 }
 
@@ -97,28 +234,32 @@ void cupool_stats_print(void)
     fprintf(out, "cupool: statistics for pid %d (policy %s, free mode %s)\n", (int)getpid(),
             cupool_option_string(CUPOOL_OPT_POLICY), cupool_option_string(CUPOOL_OPT_FREE));
     fprintf(out, "cupool:   calls seen:\n");
-    for (int i = 0; i < CUPOOL_SYM_COUNT; i++)
-        if (LOAD(cupool_calls[i])) fprintf(out, "cupool:     %-34s %llu\n", cupool_symbol_name(i), LOAD(cupool_calls[i]));
+    for (int i = 0; i < CUPOOL_SYM_COUNT; i++) {
+        unsigned long long n = hot_calls(i);
+        if (n) fprintf(out, "cupool:     %-34s %llu\n", cupool_symbol_name(i), n);
+    }
     unsigned long long estimate = 0;
     for (int d = 0; d <= CUPOOL_MAX_DEVICES; d++) {
+        unsigned long long count[HOT_COUNT];
+        for (int k = 0; k < HOT_COUNT; k++) count[k] = hot_sum(d, k);
         cupool_device_stats_t *s = &cupool_device_stats[d];
-        if (!LOAD(s->pooled_allocs) && !LOAD(s->native_allocs) && !LOAD(s->pooled_frees) && !LOAD(s->native_frees) &&
-            !LOAD(s->rewritten_memsets))
+        if (!count[HOT_POOLED_ALLOCS] && !count[HOT_NATIVE_ALLOCS] && !count[HOT_POOLED_FREES] &&
+            !count[HOT_NATIVE_FREES] && !LOAD(s->rewritten_memsets))
             continue;
         char b1[32], b2[32], b3[32], b4[32];
         if (d < CUPOOL_MAX_DEVICES) fprintf(out, "cupool:   device %d:\n", d);
         else fprintf(out, "cupool:   no device:\n");
-        fprintf(out, "cupool:     pooled allocations  %llu (%s), frees %llu\n", LOAD(s->pooled_allocs),
-                human((double)LOAD(s->pooled_bytes), b1, sizeof b1), LOAD(s->pooled_frees));
-        fprintf(out, "cupool:     native allocations  %llu (%s), frees %llu\n", LOAD(s->native_allocs),
-                human((double)LOAD(s->native_bytes), b2, sizeof b2), LOAD(s->native_frees));
+        fprintf(out, "cupool:     pooled allocations  %llu (%s), frees %llu\n", count[HOT_POOLED_ALLOCS],
+                human((double)count[HOT_POOLED_BYTES], b1, sizeof b1), count[HOT_POOLED_FREES]);
+        fprintf(out, "cupool:     native allocations  %llu (%s), frees %llu\n", count[HOT_NATIVE_ALLOCS],
+                human((double)count[HOT_NATIVE_BYTES], b2, sizeof b2), count[HOT_NATIVE_FREES]);
         fprintf(out, "cupool:     peak in use %s, peak reserved %s\n", human((double)LOAD(s->peak_in_use), b3, sizeof b3),
                 human((double)LOAD(s->peak_reserved), b4, sizeof b4));
         fprintf(out, "cupool:     trims %llu, OOM retries %llu, rewritten memsets %llu\n", LOAD(s->trims),
                 LOAD(s->oom_retries), LOAD(s->rewritten_memsets));
-        estimate += LOAD(s->saved_ns);
+        estimate += count[HOT_ESTIMATE_NS];
     }
-    double spent = (double)LOAD(cupool_time_ns) / 1e6;
+    double spent = (double)hot_time() / 1e6;
     fprintf(out, "cupool:   time in cupool %.3f ms; native calls would have cost about %.3f ms (saved about %.3f ms)\n",
             spent, (double)estimate / 1e6, (double)estimate / 1e6 - spent);
 }
@@ -136,10 +277,10 @@ CUPOOL_EXPORT int cupool_get_stats(int device, cupool_stats_t *out)
 {
     if (!out || device < 0 || device >= CUPOOL_MAX_DEVICES) return -1;
     cupool_device_stats_t *s = &cupool_device_stats[device];
-    out->pooled_allocs = LOAD(s->pooled_allocs);
-    out->native_allocs = LOAD(s->native_allocs);
-    out->pooled_frees = LOAD(s->pooled_frees);
-    out->in_use = LOAD(s->in_use);
+    out->pooled_allocs = hot_sum(device, HOT_POOLED_ALLOCS);
+    out->native_allocs = hot_sum(device, HOT_NATIVE_ALLOCS);
+    out->pooled_frees = hot_sum(device, HOT_POOLED_FREES);
+    out->in_use = hot_sum(device, HOT_POOLED_BYTES) - hot_sum(device, HOT_FREED_BYTES);
     out->peak_in_use = LOAD(s->peak_in_use);
     out->peak_reserved = LOAD(s->peak_reserved);
     out->trims = LOAD(s->trims);
