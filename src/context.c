@@ -1,5 +1,5 @@
 /*
- * Devices, contexts, streams and free modes (context.h).  The free mode of a
+ * Devices, pools, contexts and free modes (context.h).  The free mode of a
  * context decides how a free is ordered against work that may still use the
  * block (DESIGN.md, "Allocation semantics"): `ordered` puts alloc and free on
  * the legacy stream, `deferred` hands a block back only once events recorded
@@ -7,8 +7,9 @@
  * whole context.  Under CUPOOL_FREE=auto a context starts `ordered` and is
  * moved, synchronizing once, the moment the program does something that
  * would make `ordered` wrong: a non-blocking stream (to `deferred`), a second
- * context on the device or peer access (to `sync`).  The shims here watch
- * for exactly those things.
+ * context on the device or peer access (to `sync`).  The context and peer
+ * access shims here, and the stream shims of stream.c, watch for exactly
+ * those things; deferred.c carries the frees out.
  */
 #include "context.h"
 
@@ -16,45 +17,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A freed block not yet back in its pool. */
-struct deferred_block {
-    CUdeviceptr ptr;
-    size_t size;
-    deferred_block_t *next;
-};
-
-/* Blocks freed before one set of events was recorded: they go back to the
- * pool together once every event has completed. */
-struct deferred_batch {
-    deferred_block_t *blocks;
-    deferred_batch_t *next;
-    int nevents, checked;                 /* events[checked..] not yet seen complete */
-    CUevent events[];
-};
-
-/* deferred mode records one event per live non-blocking stream (plus the
- * legacy stream).  Frameworks create dozens of streams (PyTorch's stream
- * pool: 32 per priority), so events are recorded for a batch of frees at
- * once, at the first cupool call after the batch has waited this long or
- * grown this large.  Recording later than the free is still correct: the
- * events then cover more work, never less. */
-#define BATCH_MAX_WAIT_NS 1000000
-#define BATCH_MAX_BLOCKS 64
-#define BATCH_CHEAP_STREAMS 2
-
-/* A program that frees faster than the GPU catches up (the host runs ahead
- * of its kernels) would otherwise pile up freed memory without bound; past
- * this many bytes waiting, a free waits for the oldest batches (a native
- * cuMemFree would have waited for the whole device). */
-#define DEFERRED_MAX_BYTES (1ull << 30)
-
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static cupool_device_t devices[CUPOOL_MAX_DEVICES];
 static int devices_ready[CUPOOL_MAX_DEVICES];
 static cupool_context_t *contexts;         /* every context cupool knows */
 static atomic_uint generation = 1;         /* bumped when a context goes away */
 static int forked_child;
-atomic_int cupool_captures;
 
 static __thread struct {
     CUcontext ctx;
@@ -63,26 +31,6 @@ static __thread struct {
 } cache;
 
 /* ---- helpers ------------------------------------------------------------- */
-
-/* Every capture starts in one of cupool's BeginCapture shims, so while none
- * is in progress the thread's capture mode cannot matter and the two driver
- * calls are skipped (CUPOOL_NO_EXCHANGE marks that). */
-#define CUPOOL_NO_EXCHANGE ((CUstreamCaptureMode)-1)
-
-CUstreamCaptureMode cupool_relaxed_begin(void)
-{
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0 || !real_cuThreadExchangeStreamCaptureMode ||
-        real_cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
-        return CUPOOL_NO_EXCHANGE;
-    return mode;
-}
-
-void cupool_relaxed_end(CUstreamCaptureMode previous)
-{
-    if (previous != CUPOOL_NO_EXCHANGE) real_cuThreadExchangeStreamCaptureMode(&previous);
-}
-
 int cupool_enter_context(CUcontext ctx)
 {
     CUcontext current = NULL;
@@ -247,7 +195,7 @@ static int configured_mode(void)
 /* The legacy-stream work of `ordered` (allocations and frees still queued
  * behind kernels) must be complete before another stream can touch its
  * blocks. */
-static void synchronize_for_switch(cupool_context_t *c)
+void cupool_synchronize_switch(cupool_context_t *c)
 {
     int pushed = cupool_enter_context(c->ctx);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
@@ -269,7 +217,7 @@ static void promote(cupool_context_t *c, int mode)
      * it then waits for the capture to end (cupool_reclaim). */
     if (old == CUPOOL_FREE_ORDERED) {
         if (atomic_load(&cupool_captures) > 0) c->sync_due = 1;
-        else synchronize_for_switch(c);
+        else cupool_synchronize_switch(c);
     }
     atomic_store(&c->mode, mode);
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
@@ -350,202 +298,6 @@ cupool_context_t *cupool_current_context(void)
     return c;
 }
 
-/* ---- deferred frees ------------------------------------------------------ */
-
-static CUevent take_event(cupool_context_t *c)
-{
-    CUevent ev = NULL;
-    if (c->nspare) return c->spare_events[--c->nspare];
-    real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
-    return ev;
-}
-
-static void give_event(cupool_context_t *c, CUevent ev)
-{
-    if (c->nspare == c->spare_cap) {
-        int cap = c->spare_cap ? 2 * c->spare_cap : 16;
-        CUevent *grown = realloc(c->spare_events, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            real_cuEventDestroy_v2(ev);
-            return;
-        }
-        c->spare_events = grown;
-        c->spare_cap = cap;
-    }
-    c->spare_events[c->nspare++] = ev;
-}
-
-/* Returns one block, no longer in the origin table, to its pool. */
-static CUresult give_back(CUdeviceptr ptr, CUstream stream)
-{
-    CUresult r = real_cuMemFreeAsync(ptr, stream);
-    if (r != CUDA_SUCCESS)
-        cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
-                       cupool_result_name(r));
-    return r;
-}
-
-/* Hands a list of blocks back to the pool; their users are all done.
- * Returns the bytes released. */
-static uint64_t release_blocks(deferred_block_t *b, CUstream stream)
-{
-    uint64_t bytes = 0;
-    while (b) {
-        deferred_block_t *next = b->next;
-        /* The record leaves the origin table first: once the pool has the
-         * block, another thread may be handed the same address. */
-        cupool_origin_t gone;
-        cupool_origin_remove(b->ptr, &gone);
-        give_back(b->ptr, stream);
-        bytes += b->size;
-        free(b);
-        b = next;
-    }
-    return bytes;
-}
-
-static int batch_complete(deferred_batch_t *batch, int wait)
-{
-    for (; batch->checked < batch->nevents; batch->checked++) {
-        CUevent ev = batch->events[batch->checked];
-        CUresult r = wait ? real_cuEventSynchronize(ev) : real_cuEventQuery(ev);
-        if (r == CUDA_ERROR_NOT_READY) return 0;
-        /* Any other error means the event will never say more: stop waiting on it. */
-    }
-    return 1;
-}
-
-/* Records the events that cover every pending free: one on the legacy stream
- * (which follows every blocking and per-thread stream) and one on each live
- * non-blocking stream.  Called with c->lock held and c->ctx current. */
-static void record_batch(cupool_context_t *c)
-{
-    deferred_batch_t *batch = malloc(sizeof *batch + (size_t)(1 + c->nstreams) * sizeof(CUevent));
-    CUresult r = batch ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-    if (batch) batch->nevents = batch->checked = 0;
-    for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++) {
-        CUstream stream = i < 0 ? CU_STREAM_LEGACY : c->streams[i];
-        /* An idle stream has nothing left that could use the blocks (work
-         * submitted after the free may not use them), so it needs no event:
-         * frameworks keep dozens of streams, most of them idle. */
-        if (i >= 0 && real_cuStreamQuery(stream) == CUDA_SUCCESS) continue;
-        CUevent ev = take_event(c);
-        r = ev ? real_cuEventRecord(ev, stream) : CUDA_ERROR_OUT_OF_MEMORY;
-        if (r == CUDA_SUCCESS) batch->events[batch->nevents++] = ev;
-        else if (ev) give_event(c, ev);
-    }
-    if (r != CUDA_SUCCESS) {
-        /* Could not record: fall back to the strongest order. */
-        cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
-                            cupool_result_name(r));
-        if (batch) {
-            for (int i = 0; i < batch->nevents; i++) give_event(c, batch->events[i]);
-            free(batch);
-        }
-        real_cuCtxSynchronize();
-        release_blocks(c->pending, c->private_stream);
-        c->deferred_bytes = 0;
-    } else {
-        batch->blocks = c->pending;
-        batch->next = NULL;
-        if (c->tail) c->tail->next = batch;
-        else c->head = batch;
-        c->tail = batch;
-    }
-    c->pending = NULL;
-    c->npending = 0;
-    c->batch_start_ns = 0;
-}
-
-/* Returns the batches whose events have completed to the pools, and waits
- * for the oldest ones while more than `keep` bytes are still waiting (0:
- * wait for all; UINT64_MAX: never wait).  Called with c->lock held and
- * c->ctx current. */
-static void reclaim_locked(cupool_context_t *c, uint64_t keep)
-{
-    if (c->pending && atomic_load(&cupool_captures) == 0) {
-        uint64_t now = cupool_now_ns();
-        if (c->deferred_bytes > keep || c->nstreams <= BATCH_CHEAP_STREAMS || c->npending >= BATCH_MAX_BLOCKS ||
-            now - c->batch_start_ns >= BATCH_MAX_WAIT_NS)
-            record_batch(c);
-    }
-    while (c->head && batch_complete(c->head, c->deferred_bytes > keep)) {
-        deferred_batch_t *batch = c->head;
-        c->head = batch->next;
-        if (!c->head) c->tail = NULL;
-        /* The events have completed; the waits cost nothing on the GPU but
-         * make the free stream-ordered after every use, which is what
-         * compute-sanitizer's stream-ordered race tracking looks for. */
-        for (int i = 0; i < batch->nevents; i++) {
-            real_cuStreamWaitEvent(c->private_stream, batch->events[i], 0);
-            give_event(c, batch->events[i]);
-        }
-        c->deferred_bytes -= release_blocks(batch->blocks, c->private_stream);
-        free(batch);
-    }
-    /* Frees made while a capture was in progress wait for it to end. */
-    if (c->held && atomic_load(&cupool_captures) == 0) {
-        real_cuCtxSynchronize();
-        release_blocks(c->held, c->private_stream);
-        c->held = NULL;
-    }
-}
-
-void cupool_reclaim(cupool_context_t *c, int wait)
-{
-    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_captures) == 0) synchronize_for_switch(c);
-    if (!c->head && !c->held && !c->pending) return;
-    pthread_mutex_lock(&c->lock);
-    CUstreamCaptureMode previous = cupool_relaxed_begin();
-    reclaim_locked(c, wait ? 0 : UINT64_MAX);
-    cupool_relaxed_end(previous);
-    pthread_mutex_unlock(&c->lock);
-}
-
-static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
-{
-    deferred_block_t *b = malloc(sizeof *b);
-    if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
-    b->ptr = o->ptr;
-    b->size = o->size;
-    pthread_mutex_lock(&c->lock);
-    if (held) {
-        b->next = c->held;
-        c->held = b;
-    } else {
-        b->next = c->pending;
-        c->pending = b;
-        c->deferred_bytes += o->size;
-        if (c->npending++ == 0) c->batch_start_ns = cupool_now_ns();
-        /* Past the cap, wait for the oldest batches until a quarter of it
-         * is free again: the host stays ahead of the GPU, by less. */
-        reclaim_locked(c, c->deferred_bytes > DEFERRED_MAX_BYTES ? DEFERRED_MAX_BYTES / 4 * 3 : UINT64_MAX);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return CUDA_SUCCESS;
-}
-
-int cupool_free_is_deferred(const cupool_origin_t *o)
-{
-    /* During a capture neither the legacy stream nor a context-wide
-     * synchronization may be touched: the block is held until it ends. */
-    return atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0 ||
-           atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
-}
-
-CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
-{
-    if (deferred) return defer(c, o, atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0);
-    if (atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED)
-        return give_back(o->ptr, CU_STREAM_LEGACY);
-    CUresult r = real_cuCtxSynchronize();
-    /* A context that cannot synchronize is broken: the block is forgotten. */
-    if (r != CUDA_SUCCESS) return r;
-    /* On the legacy stream: ordered after the legacy, blocking and
-     * per-thread streams' uses in stream order too, not only in time. */
-    return give_back(o->ptr, CU_STREAM_LEGACY);
-}
-
 void cupool_trim_device(cupool_context_t *c)
 {
     cupool_device_t *dev = c->device;
@@ -567,24 +319,6 @@ static void free_on_legacy(const cupool_origin_t *o, void *arg)
     cupool_stats_free(c->device->ordinal, CUPOOL_ROUTE_POOL, o->size);
 }
 
-/* Hands back every deferred block of a context whose work is known to be
- * complete, without looking at its events (they may be gone with it). */
-static void drop_deferred(cupool_context_t *c, CUstream stream)
-{
-    while (c->head) {
-        deferred_batch_t *batch = c->head;
-        c->head = batch->next;
-        release_blocks(batch->blocks, stream);
-        free(batch);
-    }
-    c->tail = NULL;
-    release_blocks(c->pending, stream);
-    release_blocks(c->held, stream);
-    c->pending = c->held = NULL;
-    c->npending = 0;
-    c->deferred_bytes = 0;
-}
-
 /* Returns every block of the context to its pool and forgets the context:
  * natively its memory dies with it.  The context must be current. */
 static void teardown_current(cupool_context_t *c)
@@ -592,7 +326,7 @@ static void teardown_current(cupool_context_t *c)
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     real_cuCtxSynchronize();
     pthread_mutex_lock(&c->lock);
-    drop_deferred(c, c->private_stream);
+    cupool_deferred_drop(c, c->private_stream);
     pthread_mutex_unlock(&c->lock);
     if (c->device->pooled) {
         cupool_origin_drain(c, free_on_legacy, c);
@@ -747,7 +481,7 @@ static void forget_dead_primary(cupool_context_t *c, int ordinal)
         int pushed = cupool_enter_context(fresh);
         CUstreamCaptureMode previous = cupool_relaxed_begin();
         cupool_origin_drain(c, free_on_legacy, c);
-        drop_deferred(c, CU_STREAM_LEGACY);
+        cupool_deferred_drop(c, CU_STREAM_LEGACY);
         real_cuCtxSynchronize();
         cupool_relaxed_end(previous);
         cupool_leave_context(pushed);
@@ -825,9 +559,9 @@ CUPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
     return cupool_call_end(&call, r);
 }
 
-/* ---- shims: streams ------------------------------------------------------ */
+/* ---- streams ------------------------------------------------------------- */
 
-static void track_stream(CUstream stream, unsigned flags)
+void cupool_track_stream(CUstream stream, unsigned flags)
 {
     if (!(flags & CU_STREAM_NON_BLOCKING) || !cupool_active()) return;
     cupool_context_t *c = cupool_current_context();
@@ -850,129 +584,20 @@ static void track_stream(CUstream stream, unsigned flags)
     pthread_mutex_unlock(&registry_lock);
 }
 
-CUPOOL_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+void cupool_forget_stream(CUstream stream)
 {
-    CUPOOL_SHIM_BEGIN(call, cuStreamCreate);
-    CUresult r = real_cuStreamCreate(phStream, Flags);
-    if (r == CUDA_SUCCESS) track_stream(*phStream, Flags);
-    call.stream = r == CUDA_SUCCESS ? *phStream : NULL;
-    return cupool_call_end(&call, r);
-}
-
-CUPOOL_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamCreateWithPriority);
-    CUresult r = real_cuStreamCreateWithPriority(phStream, flags, priority);
-    if (r == CUDA_SUCCESS) track_stream(*phStream, flags);
-    call.stream = r == CUDA_SUCCESS ? *phStream : NULL;
-    return cupool_call_end(&call, r);
-}
-
-CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamDestroy_v2);
-    call.stream = hStream;
-    if (hStream && cupool_active() && !forked_child) {
-        pthread_mutex_lock(&registry_lock);
-        for (cupool_context_t *c = contexts; c; c = c->next) {
-            pthread_mutex_lock(&c->lock);
-            for (int i = 0; i < c->nstreams; i++) {
-                if (c->streams[i] != hStream) continue;
-                c->streams[i] = c->streams[--c->nstreams];
-                /* Its remaining work may still use blocks freed in deferred
-                 * mode, which will no longer wait on it: let it finish. */
-                if (c->head || c->pending) real_cuStreamSynchronize(hStream);
-                break;
-            }
-            pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&registry_lock);
+    for (cupool_context_t *c = contexts; c; c = c->next) {
+        pthread_mutex_lock(&c->lock);
+        for (int i = 0; i < c->nstreams; i++) {
+            if (c->streams[i] != stream) continue;
+            c->streams[i] = c->streams[--c->nstreams];
+            /* Its remaining work may still use blocks freed in deferred
+             * mode, which will no longer wait on it: let it finish. */
+            if (cupool_deferred_waiting(c)) real_cuStreamSynchronize(stream);
+            break;
         }
-        pthread_mutex_unlock(&registry_lock);
+        pthread_mutex_unlock(&c->lock);
     }
-    return cupool_call_end(&call, real_cuStreamDestroy_v2(hStream));
-}
-
-/* ---- shims: capture ------------------------------------------------------ */
-
-static CUresult after_begin(CUresult r)
-{
-    if (r == CUDA_SUCCESS) atomic_fetch_add(&cupool_captures, 1);
-    return r;
-}
-
-static int capturing(CUstream stream)
-{
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return real_cuStreamIsCapturing && real_cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
-           status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-CUPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture);
-    call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture(hStream)));
-}
-
-CUPOOL_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_ptsz);
-    call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_ptsz(hStream)));
-}
-
-CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2);
-    call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_v2(hStream, mode)));
-}
-
-CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2_ptsz);
-    call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_v2_ptsz(hStream, mode)));
-}
-
-CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
-                                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
-                                                   CUstreamCaptureMode mode)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph);
-    call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies,
-                                                                               dependencyData, numDependencies, mode)));
-}
-
-CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
-                                                        const CUgraphNode *dependencies,
-                                                        const CUgraphEdgeData *dependencyData, size_t numDependencies,
-                                                        CUstreamCaptureMode mode)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph_ptsz);
-    call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCaptureToGraph_ptsz(
-                                      hStream, hGraph, dependencies, dependencyData, numDependencies, mode)));
-}
-
-static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), CUstream stream, CUgraph *graph)
-{
-    int was = capturing(stream);
-    CUresult r = end(stream, graph);
-    if (was) atomic_fetch_sub(&cupool_captures, 1);
-    return r;
-}
-
-CUPOOL_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamEndCapture);
-    call.stream = hStream;
-    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture, hStream, phGraph));
-}
-
-CUPOOL_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
-{
-    CUPOOL_SHIM_BEGIN(call, cuStreamEndCapture_ptsz);
-    call.stream = hStream;
-    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture_ptsz, hStream, phGraph));
+    pthread_mutex_unlock(&registry_lock);
 }

@@ -90,6 +90,18 @@ uint64_t cupool_device_reserved(cupool_device_t *dev);
  * and statistics, which would otherwise query the driver on every call. */
 uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
 
+/* Moves a context out of `ordered`: synchronizes it (after the capture in
+ * progress, if any). */
+void cupool_synchronize_switch(cupool_context_t *c);
+/* Deferred frees (deferred.c): whether any block waits, and handing back
+ * every waiting block of a context whose work is known to be complete. */
+int cupool_deferred_waiting(const cupool_context_t *c);
+void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
+/* Streams (called by stream.c's shims): a new stream of the calling thread's
+ * context, and a stream about to be destroyed. */
+void cupool_track_stream(CUstream stream, unsigned flags);
+void cupool_forget_stream(CUstream stream);
+
 /* Makes ctx current for the caller if it is not; returns 1 when it pushed. */
 int cupool_enter_context(CUcontext ctx);
 void cupool_leave_context(int pushed);

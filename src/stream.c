@@ -1,0 +1,145 @@
+/*
+ * Stream and capture shims.  cupool needs to know of every non-blocking
+ * stream (deferred frees wait for them, and the first one moves an `auto`
+ * context out of `ordered`) and of every stream capture in progress (during
+ * one, neither the legacy stream nor a context-wide synchronization may be
+ * used, and cupool's own driver calls run in relaxed capture mode).
+ */
+#include "context.h"
+
+/* ---- captures ------------------------------------------------------------ */
+
+atomic_int cupool_captures;
+
+/* Every capture starts in one of cupool's BeginCapture shims, so while none
+ * is in progress the thread's capture mode cannot matter and the two driver
+ * calls are skipped (CUPOOL_NO_EXCHANGE marks that). */
+#define CUPOOL_NO_EXCHANGE ((CUstreamCaptureMode)-1)
+
+CUstreamCaptureMode cupool_relaxed_begin(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0 || !real_cuThreadExchangeStreamCaptureMode ||
+        real_cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return CUPOOL_NO_EXCHANGE;
+    return mode;
+}
+
+void cupool_relaxed_end(CUstreamCaptureMode previous)
+{
+    if (previous != CUPOOL_NO_EXCHANGE) real_cuThreadExchangeStreamCaptureMode(&previous);
+}
+
+/* ---- shims: streams ------------------------------------------------------ */
+
+CUPOOL_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamCreate);
+    CUresult r = real_cuStreamCreate(phStream, Flags);
+    if (r == CUDA_SUCCESS) cupool_track_stream(*phStream, Flags);
+    call.stream = r == CUDA_SUCCESS ? *phStream : NULL;
+    return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamCreateWithPriority);
+    CUresult r = real_cuStreamCreateWithPriority(phStream, flags, priority);
+    if (r == CUDA_SUCCESS) cupool_track_stream(*phStream, flags);
+    call.stream = r == CUDA_SUCCESS ? *phStream : NULL;
+    return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamDestroy_v2);
+    call.stream = hStream;
+    if (hStream && cupool_active()) cupool_forget_stream(hStream);
+    return cupool_call_end(&call, real_cuStreamDestroy_v2(hStream));
+}
+
+/* ---- shims: capture ------------------------------------------------------ */
+
+static CUresult after_begin(CUresult r)
+{
+    if (r == CUDA_SUCCESS) atomic_fetch_add(&cupool_captures, 1);
+    return r;
+}
+
+static int capturing(CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return real_cuStreamIsCapturing && real_cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+           status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture(hStream)));
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_ptsz);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_ptsz(hStream)));
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_v2(hStream, mode)));
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2_ptsz);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_v2_ptsz(hStream, mode)));
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                                   CUstreamCaptureMode mode)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies,
+                                                                               dependencyData, numDependencies, mode)));
+}
+
+CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                        const CUgraphNode *dependencies,
+                                                        const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                                        CUstreamCaptureMode mode)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph_ptsz);
+    call.stream = hStream;
+    return cupool_call_end(&call, after_begin(real_cuStreamBeginCaptureToGraph_ptsz(
+                                      hStream, hGraph, dependencies, dependencyData, numDependencies, mode)));
+}
+
+static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), CUstream stream, CUgraph *graph)
+{
+    int was = capturing(stream);
+    CUresult r = end(stream, graph);
+    if (was) atomic_fetch_sub(&cupool_captures, 1);
+    return r;
+}
+
+CUPOOL_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamEndCapture);
+    call.stream = hStream;
+    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture, hStream, phGraph));
+}
+
+CUPOOL_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+    CUPOOL_SHIM_BEGIN(call, cuStreamEndCapture_ptsz);
+    call.stream = hStream;
+    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture_ptsz, hStream, phGraph));
+}
