@@ -1,0 +1,137 @@
+/*
+ * Proves three things cupool does to keep a program's view of the device
+ * right: (1) on a device without memory pools (the simulator's
+ * SIMCUDA_NO_POOLS=1) every allocation passes through to cuMemAlloc and
+ * cupool says so once; (2) cuMemGetInfo counts what the pools hold but do not
+ * use as free, so a program sizing itself by free memory sees what it would
+ * see natively; (3) cuCtxEnablePeerAccess is mirrored onto the peer device's
+ * pools (pools ignore it) and moves both contexts to `sync` (memory now
+ * escapes its context), and cuCtxDisablePeerAccess takes the access back.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <string.h>
+
+#define SIZE (64ull << 20)
+
+static int no_pools(void)
+{
+    tl_init(0);
+    CUdeviceptr p;
+    for (int i = 0; i < 3; i++) {
+        CHECK_CU(cuMemAlloc(&p, SIZE));
+        CHECK_TRUE(tl_pool_of(p) == NULL);
+        CHECK_CU(cuMemFree(p));
+    }
+    cupool_stats_t s = tl_stats(0);
+    CHECK_EQ(s.pooled_allocs, 0);
+    CHECK_EQ(s.native_allocs, 3);
+    return 0;
+}
+
+static int mem_get_info(void)
+{
+    tl_init(0);
+    size_t free_before, free_during, free_after, total;
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemGetInfo(&free_before, &total));
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, SIZE));
+    CHECK_TRUE(tl_pool_of(p) != NULL);
+    CHECK_CU(cuMemGetInfo(&free_during, &total));
+    CHECK_CU(cuMemFree(p));
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemGetInfo(&free_after, &total));
+    printf("free: before %zu MiB, while allocated %zu MiB, after the free %zu MiB\n", free_before >> 20,
+           free_during >> 20, free_after >> 20);
+    /* In use: counted as used.  Freed into the pool: counted as free again,
+     * although the pool keeps the memory reserved. */
+    CHECK_TRUE(free_during + SIZE <= free_before + (2 << 20));
+    CHECK_TRUE(free_after + (2 << 20) >= free_before);
+    CHECK_TRUE(free_after <= total);
+    return 0;
+}
+
+static CUmemAccess_flags access_of(CUmemoryPool pool, int device)
+{
+    CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    CUmemLocation where = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
+    CHECK_CU(cuMemPoolGetAccess(&flags, pool, &where));
+    return flags;
+}
+
+static int peer_access(void)
+{
+    CHECK_CU(cuInit(0));
+    if (tl_device_count() < 2) return CHECK_SKIP;
+    CUcontext c1 = tl_init(1), c0 = tl_init(0);
+    int can = 0;
+    CHECK_CU(cuDeviceCanAccessPeer(&can, 0, 1));
+    if (!can) return CHECK_SKIP;
+    /* A block on device 1 tells which pool device 1 allocates from. */
+    CHECK_CU(cuCtxSetCurrent(c1));
+    CUdeviceptr on1;
+    CHECK_CU(cuMemAlloc(&on1, 1 << 20));
+    CUmemoryPool pool1 = tl_pool_of(on1);
+    CHECK_TRUE(pool1 != NULL);
+    CHECK_EQ(access_of(pool1, 0), CU_MEM_ACCESS_FLAGS_PROT_NONE);
+
+    CHECK_CU(cuCtxSetCurrent(c0));
+    CHECK_CU(cuCtxEnablePeerAccess(c1, 0));
+    CHECK_EQ(access_of(pool1, 0), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    /* Device 0 can now read device 1's pooled memory. */
+    CHECK_CU(cuMemsetD32(on1, 0x5eed, (1 << 20) / 4));
+    CUdeviceptr on0;
+    CHECK_CU(cuMemAlloc(&on0, 1 << 20));
+    CHECK_CU(cuMemcpyDtoD(on0, on1, 1 << 20));
+    CHECK_EQ(tl_spot_check(on0, 1 << 20, 0x5eed), 0);
+    CHECK_CU(cuMemFree(on0));
+
+    CHECK_CU(cuCtxDisablePeerAccess(c1));
+    CHECK_EQ(access_of(pool1, 0), CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    CHECK_CU(cuCtxSetCurrent(c1));
+    CHECK_CU(cuMemFree(on1));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--no-pools") == 0) return no_pools();
+    if (argc > 1 && strcmp(argv[1], "--info") == 0) return mem_get_info();
+    if (argc > 1 && strcmp(argv[1], "--peer") == 0) return peer_access();
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    int failed = 0;
+
+    if (!check_real_driver()) {
+        const char *args[] = {"--no-pools", NULL}, *env[] = {"SIMCUDA_NO_POOLS=1", NULL};
+        tl_child_t c;
+        tl_run_self(args, env, 0, 60, &c);
+        int said = tl_count_substr(c.err, "does not support memory pools");
+        int ok = c.status == 0 && said == 1;
+        if (!ok) tl_child_dump("no pools", &c), failed++;
+        printf("device without pools: %s (said so %d time(s))\n", ok ? "passed" : "FAILED", said);
+        tl_child_free(&c);
+    }
+    {
+        const char *args[] = {"--info", NULL};
+        tl_child_t c;
+        tl_run_self(args, NULL, 0, 60, &c);
+        printf("%s", c.out);
+        if (c.status != 0) tl_child_dump("cuMemGetInfo", &c), failed++;
+        printf("cuMemGetInfo: %s\n", c.status == 0 ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    {
+        const char *args[] = {"--peer", NULL}, *env[] = {"CUPOOL_VERBOSE=1", NULL};
+        tl_child_t c;
+        tl_run_self(args, env, 0, 60, &c);
+        int to_sync = tl_count_substr(c.err, "-> sync");
+        int ok = c.status == 0 && to_sync >= 2;
+        if (c.status == CHECK_SKIP) ok = 1, printf("peer access: skipped (one device, or no peer access)\n");
+        else printf("peer access: %s (%d context(s) moved to sync)\n", ok ? "passed" : "FAILED", to_sync);
+        if (!ok) tl_child_dump("peer access", &c), failed++;
+        tl_child_free(&c);
+    }
+    return failed ? 1 : 0;
+}
