@@ -6,7 +6,9 @@
  * use as free, so a program sizing itself by free memory sees what it would
  * see natively; (3) cuCtxEnablePeerAccess is mirrored onto the peer device's
  * pools (pools ignore it) and moves both contexts to `sync` (memory now
- * escapes its context), and cuCtxDisablePeerAccess takes the access back.
+ * escapes its context), and cuCtxDisablePeerAccess takes the access back;
+ * (4) CUPOOL_RELEASE_THRESHOLD reaches the pool: with 0 the pool gives its
+ * memory back at the next synchronization, by default it keeps it.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -50,6 +52,23 @@ static int mem_get_info(void)
     CHECK_TRUE(free_during + SIZE <= free_before + (2 << 20));
     CHECK_TRUE(free_after + (2 << 20) >= free_before);
     CHECK_TRUE(free_after <= total);
+    return 0;
+}
+
+static int threshold(const char *expect)
+{
+    tl_init(0);
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, SIZE));
+    CUmemoryPool pool = tl_pool_of(p);
+    CHECK_TRUE(pool != NULL);
+    CHECK_CU(cuMemFree(p));
+    CHECK_CU(cuCtxSynchronize());
+    cuuint64_t reserved = 0;
+    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+    printf("reserved after the free and a synchronization: %llu MiB\n", (unsigned long long)(reserved >> 20));
+    if (strcmp(expect, "released") == 0) CHECK_EQ(reserved, 0);
+    else CHECK_TRUE(reserved >= SIZE);
     return 0;
 }
 
@@ -100,6 +119,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--no-pools") == 0) return no_pools();
     if (argc > 1 && strcmp(argv[1], "--info") == 0) return mem_get_info();
     if (argc > 1 && strcmp(argv[1], "--peer") == 0) return peer_access();
+    if (argc > 2 && strcmp(argv[1], "--threshold") == 0) return threshold(argv[2]);
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
     int failed = 0;
 
@@ -120,6 +140,18 @@ int main(int argc, char **argv)
         printf("%s", c.out);
         if (c.status != 0) tl_child_dump("cuMemGetInfo", &c), failed++;
         printf("cuMemGetInfo: %s\n", c.status == 0 ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    static const struct {
+        const char *setting, *expect;
+    } thresholds[] = {{"CUPOOL_RELEASE_THRESHOLD=0", "released"}, {"CUPOOL_RELEASE_THRESHOLD", "kept"}};
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--threshold", thresholds[i].expect, NULL}, *env[] = {thresholds[i].setting, NULL};
+        tl_child_t c;
+        tl_run_self(args, env, 0, 60, &c);
+        printf("%s", c.out);
+        if (c.status != 0) tl_child_dump(thresholds[i].setting, &c), failed++;
+        printf("%s: memory %s: %s\n", thresholds[i].setting, thresholds[i].expect, c.status == 0 ? "passed" : "FAILED");
         tl_child_free(&c);
     }
     {
