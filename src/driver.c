@@ -130,6 +130,8 @@ CUresult cupool_missing(const char *name)
 
 const char *cupool_result_name(CUresult result)
 {
+    /* Nearly every logged call succeeded: no need to ask the driver. */
+    if (result == CUDA_SUCCESS) return "CUDA_SUCCESS";
     const char *name = NULL;
     if (real_cuGetErrorName && real_cuGetErrorName(result, &name) == CUDA_SUCCESS && name) return name;
     return "CUDA_ERROR_UNKNOWN";
