@@ -117,6 +117,9 @@ static cupool_device_t *device_get(int ordinal)
     if (r != CUDA_SUCCESS) {
         cupool_message(CUPOOL_MSG_WARN, "cannot set up a memory pool on device %d (%s); passing its allocations through",
                        ordinal, cupool_result_name(r));
+        /* Pools this policy created itself (never the device's default). */
+        for (int i = 0; policy != CUPOOL_POLICY_DEFAULT && i < dev->npools; i++) real_cuMemPoolDestroy(dev->pools[i]);
+        dev->npools = 0;
         return dev;
     }
     for (int i = 0; i < dev->npools; i++) set_threshold(dev->pools[i]);
@@ -380,6 +383,18 @@ static cupool_context_t *find_primary(int ordinal)
     return c;
 }
 
+/* Unlinks the primary context state of a device in one critical section, so
+ * that of two threads releasing it at once only one tears it down. */
+static cupool_context_t *unlink_primary(int ordinal)
+{
+    pthread_mutex_lock(&registry_lock);
+    cupool_context_t *c = contexts;
+    while (c && !(c->primary && c->device->ordinal == ordinal)) c = c->next;
+    if (c) c = unlink_context(c->ctx);
+    pthread_mutex_unlock(&registry_lock);
+    return c;
+}
+
 /* ---- start-up and fork --------------------------------------------------- */
 
 static void fork_prepare(void)
@@ -453,10 +468,26 @@ CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return cupool_call_end(&call, r);
 }
 
+/* Whether cuCtxDestroy will destroy ctx: it must be a valid context and
+ * not a device's primary one (those go with cuDevicePrimaryCtxRelease; the
+ * driver refuses them here).  Tearing down cupool's state for a context the
+ * driver then keeps would hand its live blocks out a second time. */
+static int destroyable(CUcontext ctx)
+{
+    unsigned version;
+    if (real_cuCtxGetApiVersion(ctx, &version) != CUDA_SUCCESS) return 0;
+    pthread_mutex_lock(&registry_lock);
+    cupool_context_t *c = contexts;
+    while (c && c->ctx != ctx) c = c->next;
+    int primary = c && c->primary;
+    pthread_mutex_unlock(&registry_lock);
+    return !primary;
+}
+
 CUPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     CUPOOL_SHIM_BEGIN(call, cuCtxDestroy_v2);
-    if (ctx && cupool_active()) forget_context(ctx);
+    if (ctx && cupool_active() && destroyable(ctx)) forget_context(ctx);
     return cupool_call_end(&call, real_cuCtxDestroy_v2(ctx));
 }
 
@@ -496,13 +527,11 @@ CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     CUPOOL_SHIM_BEGIN(call, cuDevicePrimaryCtxRelease_v2);
     call.device = dev;
     CUresult r = real_cuDevicePrimaryCtxRelease_v2(dev);
-    cupool_context_t *c = r == CUDA_SUCCESS && cupool_active() ? find_primary(dev) : NULL;
     unsigned flags;
     int active = 1;
-    if (c && real_cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active) {
-        pthread_mutex_lock(&registry_lock);
-        c = unlink_context(c->ctx);
-        pthread_mutex_unlock(&registry_lock);
+    if (r == CUDA_SUCCESS && cupool_active() && real_cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS &&
+        !active) {
+        cupool_context_t *c = unlink_primary(dev);
         if (c) forget_dead_primary(c, dev);
     }
     return cupool_call_end(&call, r);
@@ -594,10 +623,29 @@ void cupool_forget_stream(CUstream stream)
             c->streams[i] = c->streams[--c->nstreams];
             /* Its remaining work may still use blocks freed in deferred
              * mode, which will no longer wait on it: let it finish. */
-            if (cupool_deferred_waiting(c)) real_cuStreamSynchronize(stream);
+            if (cupool_deferred_waiting(c)) {
+                CUstreamCaptureMode previous = cupool_relaxed_begin();
+                real_cuStreamSynchronize(stream);
+                cupool_relaxed_end(previous);
+            }
             break;
         }
         pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* The last capture in progress has ended: what waited for it (the
+ * synchronization of a switch out of `ordered`, frees held during the
+ * capture) happens now rather than at the context's next allocation. */
+void cupool_captures_ended(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (cupool_context_t *c = contexts; c; c = c->next) {
+        if (!c->sync_due && !cupool_deferred_waiting(c)) continue;
+        int pushed = cupool_enter_context(c->ctx);
+        cupool_reclaim(c, 0);
+        cupool_leave_context(pushed);
     }
     pthread_mutex_unlock(&registry_lock);
 }

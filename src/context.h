@@ -101,6 +101,8 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
  * context, and a stream about to be destroyed. */
 void cupool_track_stream(CUstream stream, unsigned flags);
 void cupool_forget_stream(CUstream stream);
+/* Called when the count of captures in progress drops to zero. */
+void cupool_captures_ended(void);
 
 /* Makes ctx current for the caller if it is not; returns 1 when it pushed. */
 int cupool_enter_context(CUcontext ctx);

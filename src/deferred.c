@@ -134,8 +134,7 @@ static void record_batch(cupool_context_t *c)
             free(batch);
         }
         real_cuCtxSynchronize();
-        release_blocks(c->pending, c->private_stream);
-        c->deferred_bytes = 0;
+        c->deferred_bytes -= release_blocks(c->pending, c->private_stream);
     } else {
         batch->blocks = c->pending;
         batch->next = NULL;
@@ -193,10 +192,31 @@ void cupool_reclaim(cupool_context_t *c, int wait)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* A free that could not be carried out: the block stays the program's, as
+ * it would after a native cuMemFree that failed, and its record says so. */
+static CUresult restore(const cupool_origin_t *o, CUresult r)
+{
+    cupool_origin_t gone, back = *o;
+    cupool_origin_remove(o->ptr, &gone);
+    back.freed = 0;
+    cupool_origin_insert(&back);
+    return r;
+}
+
 static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
 {
     deferred_block_t *b = malloc(sizeof *b);
-    if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!b) {
+        /* No host memory to queue the block: free it the strongest way,
+         * unless a capture forbids that. */
+        if (held) return restore(o, CUDA_ERROR_OUT_OF_MEMORY);
+        CUresult r = real_cuCtxSynchronize();
+        if (r != CUDA_SUCCESS) return restore(o, r);
+        cupool_origin_t gone;
+        cupool_origin_remove(o->ptr, &gone);
+        r = give_back(o->ptr, CU_STREAM_LEGACY);
+        return r == CUDA_SUCCESS ? r : restore(o, r);
+    }
     b->ptr = o->ptr;
     b->size = o->size;
     pthread_mutex_lock(&c->lock);
@@ -227,19 +247,18 @@ int cupool_free_is_deferred(const cupool_origin_t *o)
 CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
 {
     if (deferred) return defer(c, o, atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0);
-    if (atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED)
-        return give_back(o->ptr, CU_STREAM_LEGACY);
-    CUresult r = real_cuCtxSynchronize();
-    /* A context that cannot synchronize is broken: the block is forgotten. */
-    if (r != CUDA_SUCCESS) return r;
-    /* On the legacy stream: ordered after the legacy, blocking and
-     * per-thread streams' uses in stream order too, not only in time. */
-    return give_back(o->ptr, CU_STREAM_LEGACY);
+    CUresult r = CUDA_SUCCESS;
+    /* sync: the whole context first.  Then, in both modes, on the legacy
+     * stream: ordered after the legacy, blocking and per-thread streams'
+     * uses in stream order too, not only in time. */
+    if (atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED) r = real_cuCtxSynchronize();
+    if (r == CUDA_SUCCESS) r = give_back(o->ptr, CU_STREAM_LEGACY);
+    return r == CUDA_SUCCESS ? r : restore(o, r);
 }
 
 int cupool_deferred_waiting(const cupool_context_t *c)
 {
-    return c->head || c->pending;
+    return c->head || c->pending || c->held;
 }
 
 /* Hands back every deferred block of a context whose work is known to be

@@ -38,6 +38,7 @@ static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
 static log_buffer_t *buffers;
 static pthread_key_t buffer_key;
 static __thread log_buffer_t *my_buffer;
+static __thread int my_buffer_gone;
 
 static void write_all(const char *data, size_t len)
 {
@@ -59,6 +60,10 @@ static void flush_locked(log_buffer_t *b)
 static void thread_done(void *arg)
 {
     log_buffer_t *b = arg;
+    /* Another library's thread-exit destructor may still call the driver
+     * after this one: such late lines are written unbuffered. */
+    my_buffer = NULL;
+    my_buffer_gone = 1;
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t **p = &buffers; *p; p = &(*p)->next)
         if (*p == b) {
@@ -74,6 +79,7 @@ static void thread_done(void *arg)
 static log_buffer_t *buffer(void)
 {
     if (CUPOOL_LIKELY(my_buffer != NULL)) return my_buffer;
+    if (my_buffer_gone) return NULL;
     log_buffer_t *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     pthread_mutex_init(&b->lock, NULL);
@@ -194,7 +200,12 @@ static void append(const char *line, size_t len, uint64_t now)
         write_start_line();
     }
     log_buffer_t *b = buffer();
-    if (!b) return;
+    if (!b) {
+        /* No buffer (out of memory, or the thread is ending): the line goes
+         * out on its own, still whole. */
+        write_all(line, len);
+        return;
+    }
     pthread_mutex_lock(&b->lock);
     if (b->used + len > BUFFER_BYTES) flush_locked(b);
     memcpy(b->data + b->used, line, len);

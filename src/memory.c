@@ -73,7 +73,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     if (cupool_origin_insert(&origin) != 0) {
         /* Without a record the free could not find its pool: go native. */
         cupool_message_once(CUPOOL_MSG_WARN, "out of host memory for the origin table; using cuMemAlloc");
-        cupool_free_block(c, &origin, 0);
+        cupool_free_block(c, &origin, cupool_free_is_deferred(&origin));
         return native_alloc(c, dptr, size, call);
     }
     cupool_device_used(c->device, (int64_t)size);
@@ -144,8 +144,11 @@ CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     int pushed = cupool_enter_context(c->ctx);
     CUresult r = cupool_free_block(c, &o, deferred);
     cupool_leave_context(pushed);
-    cupool_device_used(c->device, -(int64_t)o.size);
-    cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
+    /* A free that failed left the block the program's. */
+    if (r == CUDA_SUCCESS) {
+        cupool_device_used(c->device, -(int64_t)o.size);
+        cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
+    }
     if (cupool_timing) call.reserved = cupool_device_reserved_recent(c->device, call.start_ns);
     return cupool_call_end(&call, r);
 }
@@ -176,8 +179,15 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
     cupool_origin_t o;
     int known = dptr && cupool_active() ? cupool_origin_find(dptr, &o) : -1;
     if (known == 0 && o.freed) return CUDA_ERROR_INVALID_VALUE;
+    /* The record goes first: once the driver has the block back, another
+     * thread may be handed the same address and record it. */
+    if (known == 0 && cupool_origin_remove(dptr, &o) != 0) known = -1;
     CUresult r = real(dptr, stream);
-    if (r != CUDA_SUCCESS || known != 0 || cupool_origin_remove(dptr, &o) != 0) return r;
+    if (known != 0) return r;
+    if (r != CUDA_SUCCESS) {
+        cupool_origin_insert(&o);
+        return r;
+    }
     cupool_device_used(o.owner->device, -(int64_t)o.size);
     call->device = o.owner->device->ordinal;
     call->size = o.size;

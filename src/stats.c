@@ -82,6 +82,9 @@ static void fold(hot_t *into, const hot_t *from)
 static void thread_done(void *arg)
 {
     hot_t *h = arg;
+    /* Another library's thread-exit destructor may still call the driver
+     * after this one: such late calls count into `retired`. */
+    my_hot = &retired;
     pthread_mutex_lock(&hot_lock);
     fold(&retired, h);
     for (hot_t **p = &hot_sets; *p; p = &(*p)->next)

@@ -66,11 +66,12 @@ static CUresult after_begin(CUresult r)
     return r;
 }
 
-static int capturing(CUstream stream)
+typedef CUresult is_capturing_fn(CUstream, CUstreamCaptureStatus *);
+
+static int capturing(is_capturing_fn *is_capturing, CUstream stream)
 {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return real_cuStreamIsCapturing && real_cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
-           status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return is_capturing && is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
@@ -122,11 +123,17 @@ CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgrap
                                       hStream, hGraph, dependencies, dependencyData, numDependencies, mode)));
 }
 
-static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), CUstream stream, CUgraph *graph)
+/* A capture counts until the driver says it has ended: an end that fails
+ * (a NULL graph pointer, the wrong thread) leaves it going.  The query uses
+ * the same stream flavour as the end, so stream 0 of a per-thread build
+ * means its per-thread stream. */
+static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), is_capturing_fn *is_capturing, CUstream stream,
+                            CUgraph *graph)
 {
-    int was = capturing(stream);
+    int was = capturing(is_capturing, stream);
     CUresult r = end(stream, graph);
-    if (was) atomic_fetch_sub(&cupool_captures, 1);
+    if (was && !capturing(is_capturing, stream) && atomic_fetch_sub(&cupool_captures, 1) == 1)
+        cupool_captures_ended();
     return r;
 }
 
@@ -134,12 +141,12 @@ CUPOOL_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamEndCapture);
     call.stream = hStream;
-    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture, hStream, phGraph));
+    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture, real_cuStreamIsCapturing, hStream, phGraph));
 }
 
 CUPOOL_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamEndCapture_ptsz);
     call.stream = hStream;
-    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture_ptsz, hStream, phGraph));
+    return cupool_call_end(&call, end_capture(real_cuStreamEndCapture_ptsz, real_cuStreamIsCapturing_ptsz, hStream, phGraph));
 }

@@ -72,6 +72,7 @@
     X(cuDevicePrimaryCtxGetState)  \
     X(cuCtxGetCurrent)             \
     X(cuCtxGetDevice)              \
+    X(cuCtxGetApiVersion)          \
     X(cuCtxGetId)                  \
     X(cuCtxPushCurrent_v2)         \
     X(cuCtxPopCurrent_v2)          \
@@ -81,6 +82,7 @@
     X(cuStreamQuery)               \
     X(cuStreamGetFlags)            \
     X(cuStreamIsCapturing)         \
+    X(cuStreamIsCapturing_ptsz)    \
     X(cuThreadExchangeStreamCaptureMode) \
     X(cuEventCreate)               \
     X(cuEventRecord)               \

@@ -1,0 +1,83 @@
+/*
+ * Edge cases found in review, each once a way for cupool to hand a block out
+ * twice or lose track of a capture:
+ * - cuCtxDestroy on a primary context, which the driver refuses: the
+ *   context's live blocks must stay the program's (distinct addresses, both
+ *   frees succeed);
+ * - a capture of stream 0 in a per-thread-default-stream build (the _ptsz
+ *   entry points): its end must be seen, or every later free would be held;
+ * - a cuStreamEndCapture that fails (NULL graph pointer) leaves the capture
+ *   going: a free during it must not touch the legacy stream and invalidate
+ *   it, and the real end must still succeed.
+ * Each case runs as its own child process (cupool's state is per process).
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <string.h>
+
+#define MIB (1u << 20)
+
+static int primary_destroy(void)
+{
+    CUcontext ctx = tl_init(0);
+    CUdeviceptr a, b;
+    CHECK_CU(cuMemAlloc(&a, MIB));
+    CUresult r = cuCtxDestroy(ctx);
+    printf("cuCtxDestroy(primary): %s\n", check_result_name(r));
+    if (r == CUDA_SUCCESS) return CHECK_SKIP; /* this driver destroys primaries: nothing to compare */
+    CHECK_CU(cuMemAlloc(&b, MIB));
+    CHECK_NE(a, b);
+    CHECK_CU(cuMemFree(a));
+    CHECK_CU(cuMemFree(b));
+    return 0;
+}
+
+/* Built per-thread below: stream 0 is the per-thread default stream. */
+int per_thread_capture(void);
+
+static int failed_end(void)
+{
+    tl_init(0);
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    CUdeviceptr a;
+    CHECK_CU(cuMemAlloc(&a, MIB));
+    CHECK_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK_CU_EQ(cuStreamEndCapture(s, NULL), CUDA_ERROR_INVALID_VALUE);
+    CHECK_CU(cuMemFree(a));
+    CUstreamCaptureStatus status;
+    CHECK_CU(cuStreamIsCapturing(s, &status));
+    CHECK_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CUgraph g;
+    CHECK_CU(cuStreamEndCapture(s, &g));
+    CHECK_CU(cuGraphDestroy(g));
+    /* The held free went back once the capture ended. */
+    CHECK_CU(cuCtxSynchronize());
+    if (check_cupool_loaded()) CHECK_EQ(tl_stats(0).in_use, 0);
+    CHECK_CU(cuStreamDestroy(s));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--primary") == 0) return primary_destroy();
+    if (argc > 1 && strcmp(argv[1], "--ptds") == 0) return per_thread_capture();
+    if (argc > 1 && strcmp(argv[1], "--end") == 0) return failed_end();
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    static const char *const cases[] = {"--primary", "--ptds", "--end"};
+    int failed = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *args[] = {cases[i], NULL};
+        tl_child_t native, pooled;
+        tl_run_self(args, NULL, 1, 60, &native);
+        tl_run_self(args, NULL, 0, 60, &pooled);
+        /* What works natively must work with cupool. */
+        int ok = native.status != 0 || pooled.status == 0 || pooled.status == CHECK_SKIP;
+        printf("%-10s native %d, cupool %d: %s\n", cases[i], native.status, pooled.status, ok ? "passed" : "FAILED");
+        if (!ok) tl_child_dump(cases[i], &pooled), failed++;
+        tl_child_free(&native);
+        tl_child_free(&pooled);
+    }
+    return failed ? 1 : 0;
+}
