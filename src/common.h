@@ -89,8 +89,6 @@ uint64_t cupool_option(enum cupool_option id);
 const char *cupool_option_string(enum cupool_option id);
 /* Parse a size ("512", "64K", "1.5G", "unlimited"); 0 on success. */
 int cupool_parse_size(const char *text, uint64_t *out);
-/* Re-read the environment (tests only). */
-void cupool_options_reload(void);
 void cupool_options_print(void);
 
 /* ---- message.c ----------------------------------------------------------- */

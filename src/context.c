@@ -22,7 +22,6 @@ static cupool_device_t devices[CUPOOL_MAX_DEVICES];
 static int devices_ready[CUPOOL_MAX_DEVICES];
 static cupool_context_t *contexts;         /* every context cupool knows */
 static atomic_uint generation = 1;         /* bumped when a context goes away */
-static int forked_child;
 
 static __thread struct {
     CUcontext ctx;
@@ -281,7 +280,7 @@ static cupool_context_t *context_locked(CUcontext ctx)
 
 cupool_context_t *cupool_context_of(CUcontext ctx)
 {
-    if (!ctx || forked_child) return NULL;
+    if (!ctx) return NULL;
     pthread_mutex_lock(&registry_lock);
     cupool_context_t *c = context_locked(ctx);
     pthread_mutex_unlock(&registry_lock);
@@ -374,11 +373,18 @@ static void forget_context(CUcontext ctx)
     destroy_state(c);
 }
 
+/* The state of a device's primary context; registry_lock held. */
+static cupool_context_t *primary_locked(int ordinal)
+{
+    cupool_context_t *c = contexts;
+    while (c && !(c->primary && c->device->ordinal == ordinal)) c = c->next;
+    return c;
+}
+
 static cupool_context_t *find_primary(int ordinal)
 {
     pthread_mutex_lock(&registry_lock);
-    cupool_context_t *c = contexts;
-    while (c && !(c->primary && c->device->ordinal == ordinal)) c = c->next;
+    cupool_context_t *c = primary_locked(ordinal);
     pthread_mutex_unlock(&registry_lock);
     return c;
 }
@@ -388,8 +394,7 @@ static cupool_context_t *find_primary(int ordinal)
 static cupool_context_t *unlink_primary(int ordinal)
 {
     pthread_mutex_lock(&registry_lock);
-    cupool_context_t *c = contexts;
-    while (c && !(c->primary && c->device->ordinal == ordinal)) c = c->next;
+    cupool_context_t *c = primary_locked(ordinal);
     if (c) c = unlink_context(c->ctx);
     pthread_mutex_unlock(&registry_lock);
     return c;
@@ -414,7 +419,6 @@ static void fork_child(void)
     cupool_origin_unlock_all();
     pthread_mutex_unlock(&registry_lock);
     /* The parent's contexts are not the child's: pass everything through. */
-    forked_child = 1;
     cupool_stop();
 }
 

@@ -165,12 +165,6 @@ const char *cupool_option_string(enum cupool_option id)
     return strings[id];
 }
 
-void cupool_options_reload(void)
-{
-    pthread_once(&parse_once, parse_once_and_publish);
-    parse_all();
-}
-
 void cupool_options_print(void)
 {
     pthread_once(&parse_once, parse_once_and_publish);

@@ -33,17 +33,14 @@ typedef struct shard {
     pthread_mutex_t lock;
     entry_t *table;
     entry_t *spare; /* recycled entries, chained through hh.next */
-    size_t count;
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
-static atomic_int fail_next;
 
 /* Unlinks an entry and keeps it for the next insertion; shard lock held. */
 static void recycle(shard_t *s, entry_t *e)
 {
     HASH_DEL(s->table, e);
-    s->count--;
     e->hh.next = s->spare;
     s->spare = e;
 }
@@ -65,7 +62,6 @@ static entry_t sentinels[SHARDS];
 
 int cupool_origin_insert(const cupool_origin_t *origin)
 {
-    if (atomic_load_explicit(&fail_next, memory_order_relaxed) > 0 && atomic_fetch_sub(&fail_next, 1) > 0) return -1;
     shard_t *s = shard_of(origin->ptr);
     pthread_mutex_lock(&s->lock);
     if (CUPOOL_UNLIKELY(!s->table)) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
@@ -77,7 +73,6 @@ int cupool_origin_insert(const cupool_origin_t *origin)
     }
     e->origin = *origin;
     HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
-    s->count++;
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -150,17 +145,6 @@ void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_o
     }
 }
 
-size_t cupool_origin_count(void)
-{
-    size_t n = 0;
-    for (int i = 0; i < SHARDS; i++) {
-        pthread_mutex_lock(&shards[i].lock);
-        n += shards[i].count;
-        pthread_mutex_unlock(&shards[i].lock);
-    }
-    return n;
-}
-
 void cupool_origin_lock_all(void)
 {
     for (int i = 0; i < SHARDS; i++) pthread_mutex_lock(&shards[i].lock);
@@ -169,9 +153,4 @@ void cupool_origin_lock_all(void)
 void cupool_origin_unlock_all(void)
 {
     for (int i = SHARDS - 1; i >= 0; i--) pthread_mutex_unlock(&shards[i].lock);
-}
-
-void cupool_origin_fail_next(int n)
-{
-    atomic_store(&fail_next, n);
 }

@@ -35,11 +35,8 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
 /* Removes every block owned by a context and not freed, calling fn on each. */
 void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_origin_t *, void *), void *arg);
-size_t cupool_origin_count(void);
 /* Lock/unlock every shard around fork(). */
 void cupool_origin_lock_all(void);
 void cupool_origin_unlock_all(void);
-/* Test hook: make the next n insertions fail as if malloc had. */
-void cupool_origin_fail_next(int n);
 
 #endif

@@ -9,6 +9,7 @@
 #include "common.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,32 +127,20 @@ static hot_t *hot(void)
     return my_hot = h;
 }
 
-/* The sum over every thread's set of device counter k. */
+/* The sum over every thread's set of the counter at `offset` in hot_t. */
+static uint64_t hot_total(size_t offset)
+{
+    pthread_mutex_lock(&hot_lock);
+    uint64_t total = atomic_load_explicit((atomic_ullong *)((char *)&retired + offset), memory_order_relaxed);
+    for (hot_t *h = hot_sets; h; h = h->next)
+        total += atomic_load_explicit((atomic_ullong *)((char *)h + offset), memory_order_relaxed);
+    pthread_mutex_unlock(&hot_lock);
+    return total;
+}
+
 static uint64_t hot_sum(int device, int k)
 {
-    pthread_mutex_lock(&hot_lock);
-    uint64_t total = atomic_load_explicit(&retired.device[device][k], memory_order_relaxed);
-    for (hot_t *h = hot_sets; h; h = h->next) total += atomic_load_explicit(&h->device[device][k], memory_order_relaxed);
-    pthread_mutex_unlock(&hot_lock);
-    return total;
-}
-
-static uint64_t hot_calls(int sym)
-{
-    pthread_mutex_lock(&hot_lock);
-    uint64_t total = atomic_load_explicit(&retired.calls[sym], memory_order_relaxed);
-    for (hot_t *h = hot_sets; h; h = h->next) total += atomic_load_explicit(&h->calls[sym], memory_order_relaxed);
-    pthread_mutex_unlock(&hot_lock);
-    return total;
-}
-
-static uint64_t hot_time(void)
-{
-    pthread_mutex_lock(&hot_lock);
-    uint64_t total = atomic_load_explicit(&retired.time_ns, memory_order_relaxed);
-    for (hot_t *h = hot_sets; h; h = h->next) total += atomic_load_explicit(&h->time_ns, memory_order_relaxed);
-    pthread_mutex_unlock(&hot_lock);
-    return total;
+    return hot_total(offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong));
 }
 
 void cupool_stats_call(int sym, uint64_t served_ns)
@@ -238,7 +227,7 @@ void cupool_stats_print(void)
             cupool_option_string(CUPOOL_OPT_POLICY), cupool_option_string(CUPOOL_OPT_FREE));
     fprintf(out, "cupool:   calls seen:\n");
     for (int i = 0; i < CUPOOL_SYM_COUNT; i++) {
-        unsigned long long n = hot_calls(i);
+        unsigned long long n = hot_total(offsetof(hot_t, calls) + (size_t)i * sizeof(atomic_ullong));
         if (n) fprintf(out, "cupool:     %-34s %llu\n", cupool_symbol_name(i), n);
     }
     unsigned long long estimate = 0;
@@ -262,7 +251,7 @@ void cupool_stats_print(void)
                 LOAD(s->oom_retries), LOAD(s->rewritten_memsets));
         estimate += count[HOT_ESTIMATE_NS];
     }
-    double spent = (double)hot_time() / 1e6;
+    double spent = (double)hot_total(offsetof(hot_t, time_ns)) / 1e6;
     fprintf(out, "cupool:   time in cupool %.3f ms; native calls would have cost about %.3f ms (saved about %.3f ms)\n",
             spent, (double)estimate / 1e6, (double)estimate / 1e6 - spent);
 }
