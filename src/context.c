@@ -57,7 +57,7 @@ static int pool_entry_points(void)
     return real_cuMemPoolCreate && real_cuMemAllocFromPoolAsync && real_cuMemFreeAsync && real_cuMemPoolTrimTo &&
            real_cuMemPoolGetAttribute && real_cuMemPoolSetAttribute && real_cuDeviceGetDefaultMemPool &&
            real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuStreamSynchronize &&
-           real_cuStreamWaitEvent && real_cuStreamQuery;
+           real_cuStreamWaitEvent;
 }
 
 static void set_threshold(CUmemoryPool pool)
@@ -335,6 +335,8 @@ static void teardown_current(cupool_context_t *c)
         real_cuStreamSynchronize(c->private_stream);
         real_cuStreamDestroy_v2(c->private_stream);
     }
+    if (c->fence_stream) real_cuStreamDestroy_v2(c->fence_stream);
+    if (c->scratch_event) real_cuEventDestroy_v2(c->scratch_event);
     for (int i = 0; i < c->nspare; i++) real_cuEventDestroy_v2(c->spare_events[i]);
     cupool_relaxed_end(previous);
 }

@@ -45,7 +45,9 @@ typedef struct cupool_context {
     int npending;
     uint64_t deferred_bytes;                 /* freed but not yet back in a pool */
     uint64_t batch_start_ns;                 /* when the first pending free came */
-    deferred_batch_t *head, *tail;           /* batches waiting for their events */
+    deferred_batch_t *head, *tail;           /* batches waiting for their fences */
+    CUstream fence_stream;                   /* cupool's, waits for every stream's work */
+    CUevent scratch_event;                   /* recorded on each stream for the fence to wait on */
     deferred_block_t *held;                  /* frees made during a capture */
     CUevent *spare_events;
     int nspare, spare_cap;

@@ -79,7 +79,6 @@
     X(cuCtxSynchronize)            \
     X(cuStreamSynchronize)         \
     X(cuStreamWaitEvent)           \
-    X(cuStreamQuery)               \
     X(cuStreamGetFlags)            \
     X(cuStreamIsCapturing)         \
     X(cuStreamIsCapturing_ptsz)    \
