@@ -19,7 +19,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define BUFFER_BYTES (64 * 1024)
+#define BUFFER_BYTES (256 * 1024)
 #define LINE_MAX_BYTES 1024
 #define FLUSH_AFTER_NS 100000000ull
 
@@ -221,24 +221,29 @@ static const char *const route_names[] = {"none", "pool", "native", "rewritten"}
 static const char *const mode_names[] = {"auto", "ordered", "deferred", "sync"};
 
 /* A line is built by hand: snprintf with a dozen conversions costs about a
- * microsecond, several times the rest of a logged call. */
+ * microsecond, several times the rest of a logged call.  Its length is
+ * bounded (fixed keys, 8 numbers of at most 20 characters, 4 strings cut at
+ * STRING_MAX): well under LINE_MAX_BYTES, so no piece checks for room, and
+ * literals copy with a size known at compile time (inlined, no call). */
+#define STRING_MAX 96
+/* keys and punctuation, 6 decimal numbers, 2 hex numbers, 4 strings */
+_Static_assert(120 + 6 * 21 + 2 * 20 + 4 * STRING_MAX < LINE_MAX_BYTES, "a call's line fits LINE_MAX_BYTES");
+
 typedef struct line {
-    char *p, *end;
+    char *p;
 } line_t;
 
-static void put_bytes(line_t *l, const char *s, size_t n)
+static inline void put_bytes(line_t *l, const char *s, size_t n)
 {
-    if (n > (size_t)(l->end - l->p)) n = (size_t)(l->end - l->p);
     memcpy(l->p, s, n);
     l->p += n;
 }
 
 static void put_str(line_t *l, const char *s)
 {
-    put_bytes(l, s, strlen(s));
+    put_bytes(l, s, strnlen(s, STRING_MAX));
 }
 
-/* A literal's length is known at compile time. */
 #define put_lit(l, s) put_bytes((l), (s), sizeof(s) - 1)
 
 static void put_u64(line_t *l, uint64_t v)
@@ -283,38 +288,63 @@ static void put_hex(line_t *l, uint64_t v)
     put_bytes(l, p, (size_t)(digits + sizeof digits - p));
 }
 
+/* Writes the JSON line of one call at text (LINE_MAX_BYTES of room). */
+static size_t format_call(char *text, const cupool_call_t *c, CUresult result, uint64_t end_ns, int tid)
+{
+    line_t line = {text}, *l = &line;
+    put_lit(l, "{\"t\":");
+    put_u64(l, c->start_ns);
+    put_lit(l, ",\"tid\":");
+    put_i64(l, tid);
+    put_lit(l, ",\"call\":\"");
+    put_str(l, cupool_symbol_name(c->sym));
+    put_lit(l, "\",\"ptr\":");
+    put_hex(l, (uint64_t)c->ptr);
+    put_lit(l, ",\"size\":");
+    put_u64(l, c->size);
+    put_lit(l, ",\"dev\":");
+    put_i64(l, c->device);
+    put_lit(l, ",\"stream\":");
+    put_hex(l, (uint64_t)(uintptr_t)c->stream);
+    put_lit(l, ",\"route\":\"");
+    put_str(l, route_names[c->route]);
+    put_lit(l, "\",\"mode\":\"");
+    put_str(l, c->mode >= 0 ? mode_names[c->mode] : "none");
+    put_lit(l, "\",\"result\":\"");
+    put_str(l, cupool_result_name(result));
+    put_lit(l, "\",\"dur_ns\":");
+    put_u64(l, end_ns - c->start_ns);
+    put_lit(l, ",\"reserved\":");
+    put_u64(l, c->reserved);
+    put_lit(l, "}\n");
+    return (size_t)(l->p - text);
+}
+
 void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
 {
     if (cupool_log_level < CUPOOL_LOG_CALL && result == CUDA_SUCCESS) return;
-    char text[LINE_MAX_BYTES];
-    line_t l = {text, text + sizeof text - 1};
-    put_lit(&l, "{\"t\":");
-    put_u64(&l, c->start_ns);
-    put_lit(&l, ",\"tid\":");
-    put_i64(&l, my_buffer ? my_buffer->tid : (int)syscall(SYS_gettid));
-    put_lit(&l, ",\"call\":\"");
-    put_str(&l, cupool_symbol_name(c->sym));
-    put_lit(&l, "\",\"ptr\":");
-    put_hex(&l, (uint64_t)c->ptr);
-    put_lit(&l, ",\"size\":");
-    put_u64(&l, c->size);
-    put_lit(&l, ",\"dev\":");
-    put_i64(&l, c->device);
-    put_lit(&l, ",\"stream\":");
-    put_hex(&l, (uint64_t)(uintptr_t)c->stream);
-    put_lit(&l, ",\"route\":\"");
-    put_str(&l, route_names[c->route]);
-    put_lit(&l, "\",\"mode\":\"");
-    put_str(&l, c->mode >= 0 ? mode_names[c->mode] : "none");
-    put_lit(&l, "\",\"result\":\"");
-    put_str(&l, cupool_result_name(result));
-    put_lit(&l, "\",\"dur_ns\":");
-    put_u64(&l, end_ns - c->start_ns);
-    put_lit(&l, ",\"reserved\":");
-    put_u64(&l, c->reserved);
-    put_lit(&l, "}\n");
-    /* Only whole lines: a line cut short by the buffer is dropped. */
-    if (l.p < l.end) append(text, (size_t)(l.p - text), end_ns);
+    if (CUPOOL_UNLIKELY(start_line_due)) {
+        start_line_due = 0;
+        write_start_line();
+    }
+    log_buffer_t *b = buffer();
+    if (CUPOOL_UNLIKELY(!b)) {
+        /* No buffer (out of memory, or the thread is ending): the line goes
+         * out on its own, still whole. */
+        char text[LINE_MAX_BYTES];
+        size_t len = format_call(text, c, result, end_ns, (int)syscall(SYS_gettid));
+        write_all(text, len);
+        return;
+    }
+    /* Formatted in place, in the thread's buffer: no copy. */
+    pthread_mutex_lock(&b->lock);
+    if (b->used + LINE_MAX_BYTES > BUFFER_BYTES) flush_locked(b);
+    b->used += format_call(b->data + b->used, c, result, end_ns, b->tid);
+    if (end_ns - b->last_flush_ns > FLUSH_AFTER_NS) {
+        flush_locked(b);
+        b->last_flush_ns = end_ns;
+    }
+    pthread_mutex_unlock(&b->lock);
 }
 
 void cupool_log_message(int level, const char *text)

@@ -156,9 +156,8 @@ static const struct {
     double log2_size, alloc_us, free_us;
 } native_cost[] = {{8, 50, 40}, {20, 51, 41}, {24, 52, 56}, {28, 100, 200}, {30, 514, 630}};
 
-static uint64_t native_estimate_ns(size_t size, int is_free)
+static uint64_t native_estimate_at(double x, int is_free)
 {
-    double x = log2((double)(size ? size : 1));
     size_t n = CUPOOL_ARRAY_SIZE(native_cost), i = 0;
     while (i + 2 < n && x > native_cost[i + 1].log2_size) i++;
     double x0 = native_cost[i].log2_size, x1 = native_cost[i + 1].log2_size;
@@ -167,6 +166,24 @@ static uint64_t native_estimate_ns(size_t size, int is_free)
     double t = (x - x0) / (x1 - x0);
     if (t < 0) t = 0;
     return (uint64_t)((y0 + t * (y1 - y0)) * 1000.0);
+}
+
+/* The estimate per power of two of the size, worked out once: it is added
+ * on every pooled call while timing is on, where log2() would cost more
+ * than the rest of the bookkeeping. */
+static uint64_t estimate_table[2][65];
+static pthread_once_t estimate_once = PTHREAD_ONCE_INIT;
+
+static void estimate_setup(void)
+{
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 65; k++) estimate_table[f][k] = native_estimate_at(k, f);
+}
+
+static uint64_t native_estimate_ns(size_t size, int is_free)
+{
+    pthread_once(&estimate_once, estimate_setup);
+    return estimate_table[is_free][size ? 64 - __builtin_clzll((unsigned long long)size) - 1 : 0];
 }
 
 void cupool_stats_alloc(int device, int route, size_t size)
