@@ -6,10 +6,13 @@
  * cupool's own overhead is the difference between the two:
  *   bare-ordered   cuMemAllocFromPoolAsync + cuMemFreeAsync on CU_STREAM_LEGACY
  *   bare-sync      alloc on a private non-blocking stream + cuStreamSynchronize;
- *                  free = cuCtxSynchronize + cuMemFreeAsync on that stream
- *   bare-deferred  alloc as sync (after returning completed blocks); free =
- *                  cuEventRecord on the legacy stream, the block queued until
- *                  cuEventQuery says the event completed
+ *                  free = cuCtxSynchronize + cuMemFreeAsync on CU_STREAM_LEGACY
+ *   bare-deferred  alloc as sync (after returning completed blocks: the
+ *                  private stream waits for the block's event, then
+ *                  cuMemFreeAsync on it); free = cuEventRecord on the legacy
+ *                  stream, the block queued until cuEventQuery says the
+ *                  event completed (cupool's fence with no non-blocking
+ *                  stream in the context)
  * Each thread runs its own loop on the primary context; the time reported is
  * wall time / pairs per thread (so with T threads it is what one thread sees).
  * Each configuration is warmed up, sized to a target time, timed -r times and
@@ -160,7 +163,8 @@ static CUresult reclaim_locked(int wait)
         deferred_t *d = head;
         head = d->next;
         if (!head) tail = NULL;
-        r = cuMemFreeAsync(d->ptr, private_stream);
+        r = cuStreamWaitEvent(private_stream, d->ev, 0);
+        if (r == CUDA_SUCCESS) r = cuMemFreeAsync(d->ptr, private_stream);
         d->next = spare;
         spare = d;
         if (r != CUDA_SUCCESS) return r;
@@ -208,7 +212,7 @@ static CUresult pair(size_t size)
         if ((r = cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
         if ((r = cuStreamSynchronize(private_stream)) != CUDA_SUCCESS) return r;
         if ((r = cuCtxSynchronize()) != CUDA_SUCCESS) return r;
-        return cuMemFreeAsync(p, private_stream);
+        return cuMemFreeAsync(p, CU_STREAM_LEGACY);
     default: /* MODE_DEFERRED */
         if (head) { /* unlocked peek, as cupool does */
             pthread_mutex_lock(&queue_lock);

@@ -20,6 +20,11 @@
 #define CUPOOL_EXPORT __attribute__((visibility("default")))
 #define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* cupool's thread-locals: initial-exec, a plain %fs-relative access instead
+ * of a __tls_get_addr call on every intercepted call.  Fine for a library
+ * that is preloaded; one dlopen()ed later takes its few bytes from the
+ * static TLS surplus glibc keeps for that. */
+#define CUPOOL_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
 #define CUPOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- driver.c: the real driver ------------------------------------------ */
@@ -85,7 +90,15 @@ enum { CUPOOL_LOG_ERROR, CUPOOL_LOG_WARN, CUPOOL_LOG_CALL };
 #define CUPOOL_SIZE_UNLIMITED UINT64_MAX
 
 /* The value of an option (parsed and validated on first use). */
-uint64_t cupool_option(enum cupool_option id);
+/* Inline: pick_pool asks for three options on every allocation. */
+extern uint64_t cupool_option_values[];
+extern atomic_int cupool_options_parsed;
+void cupool_options_parse(void);
+static inline uint64_t cupool_option(enum cupool_option id)
+{
+    if (CUPOOL_UNLIKELY(!atomic_load_explicit(&cupool_options_parsed, memory_order_acquire))) cupool_options_parse();
+    return cupool_option_values[id];
+}
 const char *cupool_option_string(enum cupool_option id);
 /* Parse a size ("512", "64K", "1.5G", "unlimited"); 0 on success. */
 int cupool_parse_size(const char *text, uint64_t *out);

@@ -23,7 +23,7 @@ static int devices_ready[CUPOOL_MAX_DEVICES];
 static cupool_context_t *contexts;         /* every context cupool knows */
 static atomic_uint generation = 1;         /* bumped when a context goes away */
 
-static __thread struct {
+static CUPOOL_THREAD_LOCAL struct {
     CUcontext ctx;
     cupool_context_t *state;
     unsigned generation;

@@ -123,14 +123,23 @@ static void record_batch(cupool_context_t *c)
 {
     deferred_batch_t *batch = malloc(sizeof *batch);
     CUresult r = batch ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-    if (r == CUDA_SUCCESS && !c->fence_stream) r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
-    if (r == CUDA_SUCCESS && !c->scratch_event) r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
-    /* A wait enqueued by cuStreamWaitEvent holds on to the record made
-     * before it, so one scratch event serves every stream. */
-    for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++) r = fan_in(c, i < 0 ? CU_STREAM_LEGACY : c->streams[i]);
+    if (r == CUDA_SUCCESS && c->nstreams > 0 && !c->fence_stream)
+        r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
+    if (r == CUDA_SUCCESS && c->nstreams > 0 && !c->scratch_event)
+        r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
+    /* With no non-blocking stream the legacy stream alone covers every
+     * use: the fence is an event recorded there, nothing to fan in. */
+    CUstream fence_on = CU_STREAM_LEGACY;
+    if (c->nstreams > 0) {
+        fence_on = c->fence_stream;
+        /* A wait enqueued by cuStreamWaitEvent holds on to the record made
+         * before it, so one scratch event serves every stream. */
+        for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++)
+            r = fan_in(c, i < 0 ? CU_STREAM_LEGACY : c->streams[i]);
+    }
     if (r == CUDA_SUCCESS) {
         batch->fence = take_event(c);
-        r = batch->fence ? real_cuEventRecord(batch->fence, c->fence_stream) : CUDA_ERROR_OUT_OF_MEMORY;
+        r = batch->fence ? real_cuEventRecord(batch->fence, fence_on) : CUDA_ERROR_OUT_OF_MEMORY;
         if (r != CUDA_SUCCESS && batch->fence) give_event(c, batch->fence);
     }
     if (r != CUDA_SUCCESS) {

@@ -37,8 +37,8 @@ static int log_fd = -1;
 static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
 static log_buffer_t *buffers;
 static pthread_key_t buffer_key;
-static __thread log_buffer_t *my_buffer;
-static __thread int my_buffer_gone;
+static CUPOOL_THREAD_LOCAL log_buffer_t *my_buffer;
+static CUPOOL_THREAD_LOCAL int my_buffer_gone;
 
 static void write_all(const char *data, size_t len)
 {

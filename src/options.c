@@ -30,11 +30,11 @@ static const option_row_t rows[CUPOOL_OPT_COUNT] = {
 #undef CUPOOL_OPTION_ROW
 };
 
-static uint64_t values[CUPOOL_OPT_COUNT];
+uint64_t cupool_option_values[CUPOOL_OPT_COUNT];
 static const char *strings[CUPOOL_OPT_COUNT];
 static int from_env[CUPOOL_OPT_COUNT];
 static pthread_once_t parse_once = PTHREAD_ONCE_INIT;
-static atomic_int parsed; /* fast path: pthread_once costs a call on every use */
+atomic_int cupool_options_parsed; /* fast path: pthread_once costs a call on every use */
 
 int cupool_parse_size(const char *text, uint64_t *out)
 {
@@ -121,7 +121,7 @@ static void parse_all(void)
         const option_row_t *row = &rows[i];
         const char *text = getenv(row->env);
         from_env[i] = 0;
-        parse_value(row, row->fallback, &values[i]);
+        parse_value(row, row->fallback, &cupool_option_values[i]);
         strings[i] = row->fallback;
         if (!text) continue;
         uint64_t value;
@@ -130,16 +130,16 @@ static void parse_all(void)
                            expected(row), row->fallback);
             continue;
         }
-        values[i] = value;
+        cupool_option_values[i] = value;
         strings[i] = text;
         from_env[i] = 1;
     }
     /* A pool that may hold more than the largest size it serves is fine; a
      * minimum above the maximum pools nothing, which is surely a mistake. */
-    if (values[CUPOOL_OPT_MIN_SIZE] > values[CUPOOL_OPT_MAX_SIZE]) {
+    if (cupool_option_values[CUPOOL_OPT_MIN_SIZE] > cupool_option_values[CUPOOL_OPT_MAX_SIZE]) {
         cupool_message(CUPOOL_MSG_WARN, "CUPOOL_MIN_SIZE is above CUPOOL_MAX_SIZE; using the defaults of both");
-        parse_value(&rows[CUPOOL_OPT_MIN_SIZE], rows[CUPOOL_OPT_MIN_SIZE].fallback, &values[CUPOOL_OPT_MIN_SIZE]);
-        parse_value(&rows[CUPOOL_OPT_MAX_SIZE], rows[CUPOOL_OPT_MAX_SIZE].fallback, &values[CUPOOL_OPT_MAX_SIZE]);
+        for (int id = CUPOOL_OPT_MIN_SIZE; id <= CUPOOL_OPT_MAX_SIZE; id++)
+            parse_value(&rows[id], rows[id].fallback, &cupool_option_values[id]);
         strings[CUPOOL_OPT_MIN_SIZE] = rows[CUPOOL_OPT_MIN_SIZE].fallback;
         strings[CUPOOL_OPT_MAX_SIZE] = rows[CUPOOL_OPT_MAX_SIZE].fallback;
         from_env[CUPOOL_OPT_MIN_SIZE] = from_env[CUPOOL_OPT_MAX_SIZE] = 0;
@@ -149,14 +149,12 @@ static void parse_all(void)
 static void parse_once_and_publish(void)
 {
     parse_all();
-    atomic_store_explicit(&parsed, 1, memory_order_release);
+    atomic_store_explicit(&cupool_options_parsed, 1, memory_order_release);
 }
 
-uint64_t cupool_option(enum cupool_option id)
+void cupool_options_parse(void)
 {
-    if (CUPOOL_UNLIKELY(!atomic_load_explicit(&parsed, memory_order_acquire)))
-        pthread_once(&parse_once, parse_once_and_publish);
-    return values[id];
+    pthread_once(&parse_once, parse_once_and_publish);
 }
 
 const char *cupool_option_string(enum cupool_option id)

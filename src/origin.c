@@ -1,13 +1,16 @@
 /*
  * The pointer-origin table (origin.h), sharded so that threads allocating
  * and freeing at once rarely meet on a lock: the pointer picks one of 64
- * shards, each a uthash table under its own mutex, held only for the hash
- * operation itself.  Entries are recycled through a per-shard free list so
+ * shards, each a uthash table under its own lock, held only for the hash
+ * operation itself.  The lock is a test-and-set flag: uncontended it costs
+ * one atomic exchange where a pthread mutex costs a call and about fifty
+ * instructions each way, twice per allocation and free; contended, it
+ * spins briefly and then yields.  Entries are recycled through a per-shard free list so
  * the steady state makes no host allocations.
  */
 #include "origin.h"
 
-#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,12 +33,27 @@ typedef struct entry {
 } entry_t;
 
 typedef struct shard {
-    pthread_mutex_t lock;
+    atomic_int lock;
     entry_t *table;
     entry_t *spare; /* recycled entries, chained through hh.next */
 } __attribute__((aligned(64))) shard_t;
 
-static shard_t shards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+static shard_t shards[SHARDS];
+
+static void shard_lock(shard_t *s)
+{
+    while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
+        for (int spins = 0; atomic_load_explicit(&s->lock, memory_order_relaxed); spins++) {
+            if (spins < 100) __builtin_ia32_pause();
+            else sched_yield();
+        }
+    }
+}
+
+static void shard_unlock(shard_t *s)
+{
+    atomic_store_explicit(&s->lock, 0, memory_order_release);
+}
 
 /* Unlinks an entry and keeps it for the next insertion; shard lock held. */
 static void recycle(shard_t *s, entry_t *e)
@@ -63,17 +81,17 @@ static entry_t sentinels[SHARDS];
 int cupool_origin_insert(const cupool_origin_t *origin)
 {
     shard_t *s = shard_of(origin->ptr);
-    pthread_mutex_lock(&s->lock);
+    shard_lock(s);
     if (CUPOOL_UNLIKELY(!s->table)) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
     entry_t *e = s->spare;
     if (e) s->spare = e->hh.next;
     else if (!(e = malloc(sizeof *e))) {
-        pthread_mutex_unlock(&s->lock);
+        shard_unlock(s);
         return -1;
     }
     e->origin = *origin;
     HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
-    pthread_mutex_unlock(&s->lock);
+    shard_unlock(s);
     return 0;
 }
 
@@ -82,13 +100,13 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
     if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
     entry_t *e;
-    pthread_mutex_lock(&s->lock);
+    shard_lock(s);
     HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     if (e) {
         *out = e->origin;
         recycle(s, e);
     }
-    pthread_mutex_unlock(&s->lock);
+    shard_unlock(s);
     return e ? 0 : -1;
 }
 
@@ -99,7 +117,7 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
     shard_t *s = shard_of(ptr);
     entry_t *e;
     int result = -1;
-    pthread_mutex_lock(&s->lock);
+    shard_lock(s);
     HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     if (e && e->origin.freed) {
         result = 1;
@@ -113,7 +131,7 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
             recycle(s, e);
         }
     }
-    pthread_mutex_unlock(&s->lock);
+    shard_unlock(s);
     return result;
 }
 
@@ -122,10 +140,10 @@ int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)
     if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
     entry_t *e;
-    pthread_mutex_lock(&s->lock);
+    shard_lock(s);
     HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     if (e) *out = e->origin;
-    pthread_mutex_unlock(&s->lock);
+    shard_unlock(s);
     return e ? 0 : -1;
 }
 
@@ -134,23 +152,23 @@ void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_o
     for (int i = 0; i < SHARDS; i++) {
         shard_t *s = &shards[i];
         entry_t *e, *tmp;
-        pthread_mutex_lock(&s->lock);
+        shard_lock(s);
         HASH_ITER(hh, s->table, e, tmp)
         {
             if (e->origin.owner != owner || e->origin.freed || !e->origin.ptr) continue;
             fn(&e->origin, arg);
             recycle(s, e);
         }
-        pthread_mutex_unlock(&s->lock);
+        shard_unlock(s);
     }
 }
 
 void cupool_origin_lock_all(void)
 {
-    for (int i = 0; i < SHARDS; i++) pthread_mutex_lock(&shards[i].lock);
+    for (int i = 0; i < SHARDS; i++) shard_lock(&shards[i]);
 }
 
 void cupool_origin_unlock_all(void)
 {
-    for (int i = SHARDS - 1; i >= 0; i--) pthread_mutex_unlock(&shards[i].lock);
+    for (int i = SHARDS - 1; i >= 0; i--) shard_unlock(&shards[i]);
 }

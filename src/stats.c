@@ -59,7 +59,7 @@ static hot_t *hot_sets;
 static hot_t retired; /* also the set of a thread whose own could not be allocated */
 static pthread_key_t hot_key;
 static pthread_once_t hot_once = PTHREAD_ONCE_INIT;
-static __thread hot_t *my_hot;
+static CUPOOL_THREAD_LOCAL hot_t *my_hot;
 
 static void bump(hot_t *h, atomic_ullong *counter, uint64_t n)
 {
