@@ -13,6 +13,7 @@
 
 #include "cuda_api.h"
 #include "symbols.h"
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,27 @@
  * that is preloaded; one dlopen()ed later takes its few bytes from the
  * static TLS surplus glibc keeps for that. */
 #define CUPOOL_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+
+/* A lock for tiny critical sections on the hot path (the origin table's
+ * shards, a thread's log buffer): uncontended it costs one atomic exchange,
+ * where a pthread mutex costs a call and about fifty instructions each way;
+ * contended, it spins briefly and then yields.  Zero is unlocked. */
+typedef atomic_int cupool_spinlock_t;
+
+static inline void cupool_spin_lock(cupool_spinlock_t *lock)
+{
+    while (atomic_exchange_explicit(lock, 1, memory_order_acquire)) {
+        for (int spins = 0; atomic_load_explicit(lock, memory_order_relaxed); spins++) {
+            if (spins < 100) __builtin_ia32_pause();
+            else sched_yield();
+        }
+    }
+}
+
+static inline void cupool_spin_unlock(cupool_spinlock_t *lock)
+{
+    atomic_store_explicit(lock, 0, memory_order_release);
+}
 #define CUPOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- driver.c: the real driver ------------------------------------------ */

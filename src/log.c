@@ -24,7 +24,7 @@
 #define FLUSH_AFTER_NS 100000000ull
 
 typedef struct log_buffer {
-    pthread_mutex_t lock;
+    cupool_spinlock_t lock;
     size_t used;
     uint64_t last_flush_ns;
     int tid;
@@ -72,7 +72,6 @@ static void thread_done(void *arg)
         }
     pthread_mutex_unlock(&buffers_lock);
     flush_locked(b);
-    pthread_mutex_destroy(&b->lock);
     free(b);
 }
 
@@ -82,7 +81,6 @@ static log_buffer_t *buffer(void)
     if (my_buffer_gone) return NULL;
     log_buffer_t *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    pthread_mutex_init(&b->lock, NULL);
     b->tid = (int)syscall(SYS_gettid);
     pthread_mutex_lock(&buffers_lock);
     b->next = buffers;
@@ -133,12 +131,12 @@ static int start_line_due;
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&buffers_lock);
-    for (log_buffer_t *b = buffers; b; b = b->next) pthread_mutex_lock(&b->lock);
+    for (log_buffer_t *b = buffers; b; b = b->next) cupool_spin_lock(&b->lock);
 }
 
 static void fork_parent(void)
 {
-    for (log_buffer_t *b = buffers; b; b = b->next) pthread_mutex_unlock(&b->lock);
+    for (log_buffer_t *b = buffers; b; b = b->next) cupool_spin_unlock(&b->lock);
     pthread_mutex_unlock(&buffers_lock);
 }
 
@@ -148,7 +146,7 @@ static void fork_child(void)
 {
     for (log_buffer_t *b = buffers; b; b = b->next) {
         b->used = 0;
-        pthread_mutex_unlock(&b->lock);
+        cupool_spin_unlock(&b->lock);
     }
     pthread_mutex_unlock(&buffers_lock);
     if (log_fd != STDERR_FILENO && strstr(log_pattern, "%p")) {
@@ -206,7 +204,7 @@ static void append(const char *line, size_t len, uint64_t now)
         write_all(line, len);
         return;
     }
-    pthread_mutex_lock(&b->lock);
+    cupool_spin_lock(&b->lock);
     if (b->used + len > BUFFER_BYTES) flush_locked(b);
     memcpy(b->data + b->used, line, len);
     b->used += len;
@@ -214,7 +212,7 @@ static void append(const char *line, size_t len, uint64_t now)
         flush_locked(b);
         b->last_flush_ns = now;
     }
-    pthread_mutex_unlock(&b->lock);
+    cupool_spin_unlock(&b->lock);
 }
 
 static const char *const route_names[] = {"none", "pool", "native", "rewritten"};
@@ -246,14 +244,28 @@ static void put_str(line_t *l, const char *s)
 
 #define put_lit(l, s) put_bytes((l), (s), sizeof(s) - 1)
 
+/* From the bit length: log10(2) ~ 1233/4096, corrected by one comparison. */
+static int decimal_digits(uint64_t v)
+{
+    static const uint64_t powers[] = {1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
+                                      100000000ull, 1000000000ull, 10000000000ull, 100000000000ull,
+                                      1000000000000ull, 10000000000000ull, 100000000000000ull,
+                                      1000000000000000ull, 10000000000000000ull, 100000000000000000ull,
+                                      1000000000000000000ull, 10000000000000000000ull};
+    int t = ((64 - __builtin_clzll(v | 1)) * 1233) >> 12;
+    int n = t + 1 - (v < powers[t]);
+    return n > 0 ? n : 1;
+}
+
+/* Digits are written in place, from the last one back: no copy. */
 static void put_u64(line_t *l, uint64_t v)
 {
     /* Two digits per division. */
     static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
                                 "8081828384858687888990919293949596979899";
-    char digits[20];
-    char *p = digits + sizeof digits;
+    l->p += decimal_digits(v);
+    char *p = l->p;
     while (v >= 100) {
         unsigned two = (unsigned)(v % 100);
         v /= 100;
@@ -266,7 +278,6 @@ static void put_u64(line_t *l, uint64_t v)
     } else {
         *--p = (char)('0' + v);
     }
-    put_bytes(l, p, (size_t)(digits + sizeof digits - p));
 }
 
 static void put_i64(line_t *l, int64_t v)
@@ -278,14 +289,11 @@ static void put_i64(line_t *l, int64_t v)
 static void put_hex(line_t *l, uint64_t v)
 {
     static const char hex[] = "0123456789abcdef";
-    char digits[20];
-    char *p = digits + sizeof digits;
-    *--p = '"';
-    do *--p = hex[v & 15]; while ((v >>= 4));
-    *--p = 'x';
-    *--p = '0';
-    *--p = '"';
-    put_bytes(l, p, (size_t)(digits + sizeof digits - p));
+    int nibbles = v ? (64 - __builtin_clzll(v) + 3) / 4 : 1;
+    put_lit(l, "\"0x");
+    l->p += nibbles;
+    for (char *p = l->p; nibbles--; v >>= 4) *--p = hex[v & 15];
+    put_lit(l, "\"");
 }
 
 /* Writes the JSON line of one call at text (LINE_MAX_BYTES of room). */
@@ -337,14 +345,14 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
         return;
     }
     /* Formatted in place, in the thread's buffer: no copy. */
-    pthread_mutex_lock(&b->lock);
+    cupool_spin_lock(&b->lock);
     if (b->used + LINE_MAX_BYTES > BUFFER_BYTES) flush_locked(b);
     b->used += format_call(b->data + b->used, c, result, end_ns, b->tid);
     if (end_ns - b->last_flush_ns > FLUSH_AFTER_NS) {
         flush_locked(b);
         b->last_flush_ns = end_ns;
     }
-    pthread_mutex_unlock(&b->lock);
+    cupool_spin_unlock(&b->lock);
 }
 
 void cupool_log_message(int level, const char *text)
@@ -369,9 +377,9 @@ void cupool_log_flush(void)
     if (log_fd < 0) return;
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) {
-        pthread_mutex_lock(&b->lock);
+        cupool_spin_lock(&b->lock);
         flush_locked(b);
-        pthread_mutex_unlock(&b->lock);
+        cupool_spin_unlock(&b->lock);
     }
     pthread_mutex_unlock(&buffers_lock);
 }

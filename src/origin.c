@@ -1,16 +1,12 @@
 /*
  * The pointer-origin table (origin.h), sharded so that threads allocating
  * and freeing at once rarely meet on a lock: the pointer picks one of 64
- * shards, each a uthash table under its own lock, held only for the hash
- * operation itself.  The lock is a test-and-set flag: uncontended it costs
- * one atomic exchange where a pthread mutex costs a call and about fifty
- * instructions each way, twice per allocation and free; contended, it
- * spins briefly and then yields.  Entries are recycled through a per-shard free list so
- * the steady state makes no host allocations.
+ * shards, each a uthash table under its own spin lock (common.h), held only
+ * for the hash operation itself.  Entries are recycled through a per-shard
+ * free list so the steady state makes no host allocations.
  */
 #include "origin.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +29,7 @@ typedef struct entry {
 } entry_t;
 
 typedef struct shard {
-    atomic_int lock;
+    cupool_spinlock_t lock;
     entry_t *table;
     entry_t *spare; /* recycled entries, chained through hh.next */
 } __attribute__((aligned(64))) shard_t;
@@ -42,17 +38,12 @@ static shard_t shards[SHARDS];
 
 static void shard_lock(shard_t *s)
 {
-    while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
-        for (int spins = 0; atomic_load_explicit(&s->lock, memory_order_relaxed); spins++) {
-            if (spins < 100) __builtin_ia32_pause();
-            else sched_yield();
-        }
-    }
+    cupool_spin_lock(&s->lock);
 }
 
 static void shard_unlock(shard_t *s)
 {
-    atomic_store_explicit(&s->lock, 0, memory_order_release);
+    cupool_spin_unlock(&s->lock);
 }
 
 /* Unlinks an entry and keeps it for the next insertion; shard lock held. */
