@@ -67,9 +67,15 @@ def section_machine(results):
 
 def section_alloc(results):
     d = load(results, "alloc")
+    cfg = (d or {}).get("config", {})
+    if cfg.get("rounds_done"):
+        timing = ("the median of %s timed rounds after a warm-up, in each of %s interleaved runs of every "
+                  "configuration; the lowest of those medians is shown" % (cfg.get("reps", 3), cfg["rounds_done"]))
+    else:
+        timing = "median of %s timed rounds after a warm-up" % cfg.get("reps", 3)
     text = ["`bench/alloc_bench` times a `cuMemAlloc` + `cuMemFree` pair per size and thread count "
-            "(each thread its own loop on the primary context; time = wall time / pairs per thread, median "
-            "of 3 timed rounds after a warm-up). *native* is the real driver, *bare-MODE* the exact pool "
+            "(each thread its own loop on the primary context; time = wall time / pairs per thread, "
+            + timing + "). *native* is the real driver, *bare-MODE* the exact pool "
             "calls cupool's free MODE makes, issued by the benchmark itself, *cupool-MODE* the same program "
             "under cupool with `CUPOOL_FREE=MODE`. `auto` becomes `ordered` in a program without "
             "non-blocking streams, so it is compared with bare-ordered. *log +us* is cupool-auto with "
