@@ -29,15 +29,15 @@ struct deferred_batch {
 /* deferred mode must cover the work of the legacy stream and of every live
  * non-blocking stream.  Frameworks create dozens of streams (PyTorch's
  * stream pool: 32 per priority level, 128 in all) and use few of them, and
- * asking a stream whether it is idle costs more (cuStreamQuery, about
- * 1.6 us on the H200 under PyTorch) than covering it (cuEventRecord +
- * cuStreamWaitEvent, about 0.55 us).  So each stream's work is fanned in on the GPU: the fence
- * stream waits for an event recorded on each, and one event after those
- * waits is the only thing polled.  Fences are set for a batch of frees at
- * once, at the first cupool call after the batch has waited long enough or
- * grown large enough for the fan-in to be cheap per free; setting the fence
- * later than the free is still correct: it then covers more work, never
- * less. */
+ * asking a stream whether it is idle (cuStreamQuery, about 1.6 us on the
+ * H200 under PyTorch) costs more than covering it (cuEventRecord +
+ * cuStreamWaitEvent, about 0.55 us).  So each stream's work is fanned in on
+ * the GPU: the fence stream waits for an event recorded on each, and one
+ * event after those waits is the only thing polled.  Fences are set for a
+ * batch of frees at once, at the first cupool call after the batch has
+ * waited long enough or grown large enough for the fan-in to be cheap per
+ * free; setting the fence later than the free is still correct: it then
+ * covers more work, never less. */
 #define BATCH_MIN_WAIT_NS 1000000
 #define BATCH_WAIT_NS_PER_STREAM 16000
 #define BATCH_MIN_BLOCKS 64
