@@ -65,6 +65,15 @@ def section_machine(results):
     return md_table(rows, [("what", "what"), ("value", "value")]) + "\n"
 
 
+def torch_rounds(results):
+    """The sentence on interleaved rounds, when the PyTorch results have them."""
+    rounds = ((load(results, "torch") or {}).get("config") or {}).get("rounds")
+    if not rounds or rounds < 2:
+        return ""
+    return (" Every configuration ran %d times, interleaved with the others, and keeps its run with the "
+            "lowest median." % rounds)
+
+
 def section_alloc(results):
     d = load(results, "alloc")
     cfg = (d or {}).get("config", {})
@@ -278,7 +287,7 @@ def main():
              "median of 3 passes after one warm-up pass), with `torch.cuda.synchronize()` around each. Peak "
              "memory is device memory in use (NVML) above the level right after CUDA initialisation, "
              "sampled after every step. *result rel. diff* compares the final loss (train) or the checksum "
-             "of the outputs (infer) with the caching allocator's.\n")
+             "of the outputs (infer) with the caching allocator's.%s\n" % torch_rounds(results))
     p.append(section_framework(results, "torch", "the caching allocator", "ms per step or forward"))
     p.append("## CuPy\n")
     p.append("Elementwise chains, reductions and matmuls over a seeded list of 200 square shapes "
