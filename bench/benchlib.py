@@ -182,6 +182,104 @@ def write_results(outdir, name, data):
     return path
 
 
+# ---- framework drivers (torch_bench.py, cupy_bench.py) -------------------------------
+
+def run_configs(script, bench, configs, workloads, worker_args, config_env, config_free, skip, launcher, lib,
+                timeout, logdir, rounds=1):
+    """Runs `script --worker CONFIG --workload WL worker_args...` for every
+    workload and configuration, each in its own process: under cupool (with
+    CUPOOL_FREE) when config_free(config) is not None ("" = default
+    settings), with config_env(config) added to a clean environment, unless
+    skip(workload, free).  With rounds > 1 the whole list runs that many
+    times, interleaved (a run moves by a few percent from one process to the
+    next), and each configuration keeps its run with the lowest ms_median
+    (all of them in "rounds_ms").  Returns (rows, errors)."""
+    best, errors = {}, []
+    for round_no in range(max(1, rounds)):
+        for wl in workloads:
+            for config in configs:
+                free = config_free(config)
+                if skip(wl, free):
+                    continue
+                name = "%s.%s" % (wl, config) + (".round%d" % (round_no + 1) if rounds > 1 else "")
+                env = clean_env(config_env(config))
+                cmd = [sys.executable, script, "--worker", config, "--workload", wl] + worker_args
+                if free is not None:
+                    if not lib:
+                        errors.append("%s: no libcupool.so (--library or CUPOOL_LIBRARY)" % name)
+                        continue
+                    env["CUPOOL_LIBRARY"] = lib
+                    cmd = cupool_prefix(launcher, free=free or None) + cmd
+                rc, out, err = run(cmd, env, timeout, logdir, name)
+                if rc is None and round_no > 0:
+                    continue  # out of time for a further round: the earlier rounds stand
+                found = json_lines(out)
+                if rc != 0 or not found:
+                    errors.append("%s: exit %s: %s" % (name, rc, tail(err, 4)))
+                    best.setdefault((wl, config), {"config": config, "workload": wl, "ok": False})
+                    continue
+                r = found[-1]
+                if (free is not None) != bool(r.get("cupool")):
+                    errors.append("%s: cupool %s loaded" % (name, "was not" if free is not None else "was"))
+                elif free is not None and not r["cupool"].get("pooled_allocs"):
+                    errors.append("%s: cupool served no allocation from a pool" % name)
+                old = best.get((wl, config))
+                r["round"] = round_no + 1
+                r["rounds_ms"] = (old or {}).get("rounds_ms", []) + [r["ms_median"]]
+                if not old or not old.get("ok") or r["ms_median"] < old["ms_median"]:
+                    best[(wl, config)] = r
+                else:
+                    old["rounds_ms"] = r["rounds_ms"]
+    return [best[(wl, c)] for wl in workloads for c in configs if (wl, c) in best], errors
+
+
+def compare_to_reference(bench, rows, workloads, reference, ref_label, result_key, what, floor, tolerance, unit_of):
+    """Time and peak-memory ratios of every row against the reference
+    configuration of its workload, a check that its result (result_key(wl))
+    matches the reference's within `tolerance` (relative, denominator at
+    least `floor`), and a table per workload.  Returns the checks."""
+    checks = []
+    for wl in workloads:
+        ref = next((r for r in rows if r["workload"] == wl and r["config"] == reference and r.get("ok")), None)
+        key = result_key(wl)
+        for r in rows:
+            if r["workload"] != wl or not r.get("ok"):
+                continue
+            r["time_ratio"] = ratio(r["ms_median"], ref["ms_median"]) if ref else None
+            r["mem_ratio"] = ratio(r["peak_mib"], ref["peak_mib"]) if ref else None
+            if ref and ref.get(key) is not None and r.get(key) is not None:
+                diff = abs(r[key] - ref[key]) / max(abs(ref[key]), floor)
+                r["result_diff"] = diff
+                checks.append({"name": "%s %s %s: %s matches %s (rel. diff %.2g)"
+                                       % (bench, wl, r["config"], what, ref_label, diff),
+                               "ok": diff <= tolerance})
+        print("\n%s %s: ms per %s (median), peak device memory above baseline (MiB)\n" % (bench, wl, unit_of(wl)))
+        table([r for r in rows if r["workload"] == wl],
+              [("config", "config"), ("ms_median", "ms"), ("time_ratio", "vs " + ref_label),
+               ("peak_mib", "peak MiB"), ("mem_ratio", "vs " + ref_label), ("result_diff", "result diff")])
+    return checks
+
+
+def find_row(rows, workload, config):
+    """The successful row of a configuration, or {}."""
+    return next((r for r in rows if r["workload"] == workload and r["config"] == config and r.get("ok")), {})
+
+
+def finish(outdir, bench, rows, targets, checks, errors, config):
+    """Prints the targets, failed checks and errors, writes RESULTS/<bench>.json;
+    returns the exit status (1 when a run failed)."""
+    print()
+    print_targets(targets)
+    for c in checks:
+        if not c["ok"]:
+            print("check failed: " + c["name"])
+    for e in errors:
+        print("error: " + e)
+    write_results(outdir, bench, {"benchmark": bench, "rows": rows, "targets": targets, "checks": checks,
+                                  "errors": errors, "config": config})
+    return 1 if errors else 0
+
+
 # ---- inside a worker process ------------------------------------------------------
 
 def cupool_info():

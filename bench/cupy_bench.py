@@ -104,6 +104,7 @@ def main():
     ap.add_argument("--iters", type=int, default=200, help="shapes per pass")
     ap.add_argument("--passes", type=int, default=5, help="timed passes (after one warm-up pass)")
     ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved runs of every configuration; the best is kept")
     args = ap.parse_args()
 
     if args.worker:
@@ -111,69 +112,17 @@ def main():
         return 0
 
     lib = B.library_path(args.cupool, args.library)
-    logdir = os.path.join(args.out, "logs", "cupy")
     workloads = [w for w in args.workloads.split(",") if w]
-    rows, errors, checks = [], [], []
-    for wl in workloads:
-        for config in [c for c in args.configs.split(",") if c]:
-            free = config_free(config)
-            if wl == "stream" and free == "ordered":
-                continue
-            name = "%s.%s" % (wl, config)
-            env = B.clean_env()
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker", config, "--workload", wl,
-                   "--iters", str(args.iters), "--passes", str(args.passes)]
-            if free is not None:
-                if not lib:
-                    errors.append("%s: no libcupool.so (--library or CUPOOL_LIBRARY)" % name)
-                    continue
-                env["CUPOOL_LIBRARY"] = lib
-                cmd = B.cupool_prefix(args.cupool, free=free or None) + cmd
-            rc, out, err = B.run(cmd, env, args.timeout, logdir, name)
-            found = B.json_lines(out)
-            if rc != 0 or not found:
-                errors.append("%s: exit %s: %s" % (name, rc, B.tail(err, 4)))
-                rows.append({"config": config, "workload": wl, "ok": False})
-                continue
-            r = found[-1]
-            if (free is not None) != bool(r.get("cupool")):
-                errors.append("%s: cupool %s loaded" % (name, "was not" if free is not None else "was"))
-            elif free is not None and not r["cupool"].get("pooled_allocs"):
-                errors.append("%s: cupool served no allocation from a pool" % name)
-            rows.append(r)
-
-    for wl in workloads:
-        ref = next((r for r in rows if r["workload"] == wl and r["config"] == REFERENCE and r.get("ok")), None)
-        for r in rows:
-            if r["workload"] != wl or not r.get("ok"):
-                continue
-            r["time_ratio"] = B.ratio(r["ms_median"], ref["ms_median"]) if ref else None
-            r["mem_ratio"] = B.ratio(r["peak_mib"], ref["peak_mib"]) if ref else None
-            if ref and ref.get("checksum") is not None:
-                diff = abs(r["checksum"] - ref["checksum"]) / max(abs(ref["checksum"]), 1e-12)
-                r["result_diff"] = diff
-                checks.append({"name": "cupy %s %s: checksum matches pool (rel. diff %.2g)" % (wl, r["config"], diff),
-                               "ok": diff <= 1e-6})
-        print("\ncupy %s: ms per iteration (median), peak device memory above baseline (MiB)\n" % wl)
-        B.table([r for r in rows if r["workload"] == wl],
-                [("config", "config"), ("ms_median", "ms"), ("time_ratio", "vs pool"),
-                 ("peak_mib", "peak MiB"), ("mem_ratio", "vs pool"), ("result_diff", "result diff")])
-
-    def get(wl, config):
-        return next((r for r in rows if r["workload"] == wl and r["config"] == config and r.get("ok")), {})
-
+    rows, errors = B.run_configs(
+        os.path.abspath(__file__), "cupy", [c for c in args.configs.split(",") if c], workloads,
+        ["--iters", str(args.iters), "--passes", str(args.passes)],
+        lambda config: {}, config_free, lambda wl, free: wl == "stream" and free == "ordered",
+        args.cupool, lib, args.timeout, os.path.join(args.out, "logs", "cupy"), args.rounds)
+    checks = B.compare_to_reference("cupy", rows, workloads, REFERENCE, "pool", lambda wl: "checksum", "checksum",
+                                    1e-12, 1e-6, lambda wl: "iteration")
     targets = [B.target("cupy (default stream): nopool+cupool / CuPy pool, time",
-                        get("default", "nopool-cupool").get("time_ratio"), "<=", 1.02, "x")]
-    print()
-    B.print_targets(targets)
-    for c in checks:
-        if not c["ok"]:
-            print("check failed: " + c["name"])
-    for e in errors:
-        print("error: " + e)
-    B.write_results(args.out, "cupy", {"benchmark": "cupy", "rows": rows, "targets": targets, "checks": checks,
-                                       "errors": errors, "config": vars(args)})
-    return 1 if errors else 0
+                        B.find_row(rows, "default", "nopool-cupool").get("time_ratio"), "<=", 1.02, "x")]
+    return B.finish(args.out, "cupy", rows, targets, checks, errors, vars(args))
 
 
 if __name__ == "__main__":

@@ -172,95 +172,28 @@ def main():
         return 0
 
     lib = B.library_path(args.cupool, args.library)
-    configs = [c for c in args.configs.split(",") if c]
     workloads = [w for w in args.workloads.split(",") if w]
-    logdir = os.path.join(args.out, "logs", "torch")
-    rows, errors = [], []
-    # Every configuration runs --rounds times, the rounds interleaved (a
-    # step moves by a few percent from one process to the next); each
-    # configuration keeps its round with the lowest median.
-    best = {}
-    for round_no in range(max(1, args.rounds)):
-        for wl in workloads:
-            for config in configs:
-                free = config_free(config)
-                if wl == "train-stream" and free == "ordered":
-                    continue
-                name = "%s.%s.round%d" % (wl, config, round_no + 1)
-                env = B.clean_env(config_env(config))
-                cmd = [sys.executable, os.path.abspath(__file__), "--worker", config, "--workload", wl,
-                       "--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
-                       "--infer-shapes", str(args.infer_shapes)]
-                if free is not None:
-                    if not lib:
-                        errors.append("%s: no libcupool.so (--library or CUPOOL_LIBRARY)" % name)
-                        continue
-                    env["CUPOOL_LIBRARY"] = lib
-                    cmd = B.cupool_prefix(args.cupool, free=free or None) + cmd
-                rc, out, err = B.run(cmd, env, args.timeout, logdir, name)
-                if rc is None and round_no > 0:
-                    continue  # out of time for a further round: the earlier rounds stand
-                found = B.json_lines(out)
-                if rc != 0 or not found:
-                    errors.append("%s: exit %s: %s" % (name, rc, B.tail(err, 4)))
-                    best.setdefault((wl, config), {"config": config, "workload": wl, "ok": False})
-                    continue
-                r = found[-1]
-                r["round"] = round_no + 1
-                if (free is not None) != bool(r.get("cupool")):
-                    errors.append("%s: cupool %s loaded" % (name, "was not" if free is not None else "was"))
-                    continue
-                if free is not None and not r["cupool"].get("pooled_allocs"):
-                    errors.append("%s: cupool served no allocation from a pool" % name)
-                    continue
-                r["rounds_ms"] = best.get((wl, config), {}).get("rounds_ms", []) + [r["ms_median"]]
-                old = best.get((wl, config))
-                if not old or not old.get("ok") or r["ms_median"] < old["ms_median"]:
-                    best[(wl, config)] = r
-                else:
-                    old["rounds_ms"] = r["rounds_ms"]
-    rows = [best[(wl, c)] for wl in workloads for c in configs if (wl, c) in best]
-
-    checks, targets = [], []
-    for wl in workloads:
-        ref = next((r for r in rows if r["workload"] == wl and r["config"] == REFERENCE and r.get("ok")), None)
-        for r in rows:
-            if r["workload"] != wl or not r.get("ok"):
-                continue
-            r["time_ratio"] = B.ratio(r["ms_median"], ref["ms_median"]) if ref else None
-            r["mem_ratio"] = B.ratio(r["peak_mib"], ref["peak_mib"]) if ref else None
-            key = "loss" if wl != "infer" else "checksum"
-            if ref and ref.get(key) is not None and r.get(key) is not None:
-                diff = abs(r[key] - ref[key]) / max(abs(ref[key]), 1e-6)
-                r["result_diff"] = diff
-                checks.append({"name": "torch %s %s: result matches caching (rel. diff %.2g)" % (wl, r["config"], diff),
-                               "ok": diff <= 1e-2})
-        print("\ntorch %s: ms per %s (median), peak device memory above baseline (MiB)\n"
-              % (wl, "forward" if wl == "infer" else "step"))
-        B.table([r for r in rows if r["workload"] == wl],
-                [("config", "config"), ("ms_median", "ms"), ("time_ratio", "vs caching"),
-                 ("peak_mib", "peak MiB"), ("mem_ratio", "vs caching"), ("result_diff", "result diff")])
+    rows, errors = B.run_configs(
+        os.path.abspath(__file__), "torch", [c for c in args.configs.split(",") if c], workloads,
+        ["--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
+         "--infer-shapes", str(args.infer_shapes)],
+        config_env, config_free, lambda wl, free: wl == "train-stream" and free == "ordered",
+        args.cupool, lib, args.timeout, os.path.join(args.out, "logs", "torch"), args.rounds)
+    checks = B.compare_to_reference("torch", rows, workloads, REFERENCE, "caching",
+                                    lambda wl: "loss" if wl != "infer" else "checksum", "result", 1e-6, 1e-2,
+                                    lambda wl: "forward" if wl == "infer" else "step")
 
     def get(wl, config):
-        return next((r for r in rows if r["workload"] == wl and r["config"] == config and r.get("ok")), {})
+        return B.find_row(rows, wl, config)
 
-    targets.append(B.target("torch train (default stream): nocache+cupool / caching, time",
-                            get("train", "nocache-cupool").get("time_ratio"), "<=", 1.03, "x"))
-    targets.append(B.target("torch train (non-blocking stream): nocache+cupool / caching, time",
-                            get("train-stream", "nocache-cupool").get("time_ratio"), "<=", 1.10, "x"))
+    targets = [B.target("torch train (default stream): nocache+cupool / caching, time",
+                        get("train", "nocache-cupool").get("time_ratio"), "<=", 1.03, "x"),
+               B.target("torch train (non-blocking stream): nocache+cupool / caching, time",
+                        get("train-stream", "nocache-cupool").get("time_ratio"), "<=", 1.10, "x")]
     for wl in workloads:
         targets.append(B.target("torch %s: nocache+cupool / caching, peak memory" % wl,
                                 get(wl, "nocache-cupool").get("mem_ratio"), "<=", 1.15, "x"))
-    print()
-    B.print_targets(targets)
-    for c in checks:
-        if not c["ok"]:
-            print("check failed: " + c["name"])
-    for e in errors:
-        print("error: " + e)
-    B.write_results(args.out, "torch", {"benchmark": "torch", "rows": rows, "targets": targets, "checks": checks,
-                                        "errors": errors, "config": vars(args)})
-    return 1 if errors else 0
+    return B.finish(args.out, "torch", rows, targets, checks, errors, vars(args))
 
 
 if __name__ == "__main__":
