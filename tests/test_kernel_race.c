@@ -169,21 +169,5 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
     static const char *const modes[] = {"native", "auto", "deferred", "sync", "ordered"};
-    int failed = 0;
-    for (int i = 0; i < 5; i++) {
-        char setting[64];
-        snprintf(setting, sizeof setting, "CUPOOL_FREE=%s", i ? modes[i] : "auto");
-        const char *env[] = {setting, NULL};
-        const char *args[] = {"--child", NULL};
-        tl_child_t c;
-        tl_run_self(args, env, i == 0, 300, &c);
-        printf("%s", c.out);
-        if (c.status != 0) {
-            tl_child_dump(modes[i], &c);
-            failed++;
-        }
-        printf("mode %-8s %s\n", modes[i], c.status == 0 ? "passed" : "FAILED");
-        tl_child_free(&c);
-    }
-    return failed ? 1 : 0;
+    return tl_run_modes(modes, 5, NULL, 300, NULL) ? 1 : 0;
 }

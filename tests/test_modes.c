@@ -252,44 +252,36 @@ static int child(void)
     return 0;
 }
 
+/* auto must switch to deferred and to sync at least once each; a forced
+ * mode must never change; cupool must not warn. */
+static int switches_as_expected(const char *mode, const tl_child_t *c)
+{
+    int ok = 1;
+    int to_deferred = tl_count_substr(c->err, "free mode ordered -> deferred");
+    int to_sync = tl_count_substr(c->err, "-> sync");
+    int warnings = tl_count_prefix(c->err, "cupool: warning:") + tl_count_prefix(c->err, "cupool: error:");
+    if (strcmp(mode, "auto") == 0) {
+        if (to_deferred < 1 || to_sync < 1) {
+            fprintf(stderr, "auto: %d switches to deferred, %d to sync; expected at least one each\n", to_deferred,
+                    to_sync);
+            ok = 0;
+        }
+    } else if (to_deferred || to_sync) {
+        fprintf(stderr, "%s: the free mode changed although it was forced\n", mode);
+        ok = 0;
+    }
+    if (warnings) {
+        fprintf(stderr, "%s: cupool warned\n", mode);
+        ok = 0;
+    }
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
     static const char *const modes[] = {"ordered", "deferred", "sync", "auto"};
-    int failed = 0;
-    for (int i = 0; i < 4; i++) {
-        char setting[64];
-        snprintf(setting, sizeof setting, "CUPOOL_FREE=%s", modes[i]);
-        const char *env[] = {setting, "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", NULL};
-        const char *args[] = {"--child", NULL};
-        tl_child_t c;
-        tl_run_self(args, env, 0, 120, &c);
-        int ok = c.status == 0;
-        int to_deferred = tl_count_substr(c.err, "free mode ordered -> deferred");
-        int to_sync = tl_count_substr(c.err, "-> sync");
-        int warnings = tl_count_prefix(c.err, "cupool: warning:") + tl_count_prefix(c.err, "cupool: error:");
-        if (strcmp(modes[i], "auto") == 0) {
-            if (to_deferred < 1 || to_sync < 1) {
-                fprintf(stderr, "auto: %d switches to deferred, %d to sync; expected at least one each\n", to_deferred,
-                        to_sync);
-                ok = 0;
-            }
-        } else if (to_deferred || to_sync) {
-            fprintf(stderr, "%s: the free mode changed although it was forced\n", modes[i]);
-            ok = 0;
-        }
-        if (warnings) {
-            fprintf(stderr, "%s: cupool warned\n", modes[i]);
-            ok = 0;
-        }
-        printf("%s", c.out);
-        if (!ok) {
-            tl_child_dump(setting, &c);
-            failed++;
-        }
-        printf("mode %-8s %s\n", modes[i], ok ? "passed" : "FAILED");
-        tl_child_free(&c);
-    }
-    return failed ? 1 : 0;
+    static const char *const env[] = {"SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", NULL};
+    return tl_run_modes(modes, 4, env, 120, switches_as_expected) ? 1 : 0;
 }

@@ -184,6 +184,33 @@ void tl_child_dump(const char *what, const tl_child_t *child)
             child->out ? child->out : "", child->err ? child->err : "");
 }
 
+int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, int timeout_s,
+                 int (*check)(const char *mode, const tl_child_t *child))
+{
+    int failed = 0;
+    for (int i = 0; i < nmodes; i++) {
+        int native = strcmp(modes[i], "native") == 0;
+        char setting[64];
+        snprintf(setting, sizeof setting, "CUPOOL_FREE=%s", native ? "auto" : modes[i]);
+        const char *all[32] = {setting};
+        int n = 1;
+        for (const char *const *e = env; e && *e && n < 31; e++) all[n++] = *e;
+        all[n] = NULL;
+        const char *args[] = {"--child", NULL};
+        tl_child_t c;
+        tl_run_self(args, all, native, timeout_s, &c);
+        printf("%s", c.out);
+        int ok = c.status == 0 && (!check || check(modes[i], &c));
+        if (!ok) {
+            tl_child_dump(setting, &c);
+            failed++;
+        }
+        printf("mode %-8s %s\n", modes[i], ok ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    return failed;
+}
+
 int tl_count_prefix(const char *text, const char *prefix)
 {
     int n = 0;

@@ -51,6 +51,14 @@ int tl_count_substr(const char *text, const char *needle);
 /* Prints a child's output to stderr, for failure reports. */
 void tl_child_dump(const char *what, const tl_child_t *child);
 
+/* Runs this program with --child once per free mode (CUPOOL_FREE=mode plus
+ * `env`, a NULL-terminated list as for tl_run_self, may be NULL; the mode
+ * "native" runs it without cupool), prints what each printed and "mode M
+ * passed" or "FAILED".  A run passes when it exits 0 and `check` (may be
+ * NULL) returns nonzero.  Returns the number of modes that failed. */
+int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, int timeout_s,
+                 int (*check)(const char *mode, const tl_child_t *child));
+
 /* The pool a device pointer belongs to (NULL for cuMemAlloc memory) and
  * the bytes that pool has in use. */
 CUmemoryPool tl_pool_of(CUdeviceptr ptr);
