@@ -616,15 +616,6 @@ CUPOOL_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph
     return cupool_call_end(&call, r);
 }
 
-CUPOOL_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
-{
-    /* The clone's node was registered by cuGraphClone: nothing to do here. */
-    CUPOOL_SHIM_BEGIN(call, cuGraphNodeFindInClone);
-    CUresult r;
-    r = real_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
-    return cupool_call_end(&call, r);
-}
-
 /* The table lock is held across the driver call so that a node made at the
  * same address by another thread right after cannot lose its record. */
 CUPOOL_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)

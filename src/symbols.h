@@ -59,7 +59,6 @@
     X(cuGraphExecNodeSetParams,         "cuGraphExecNodeSetParams",       12020, CUPOOL_ANY)    \
     X(cuGraphNodeGetType,               "cuGraphNodeGetType",             10000, CUPOOL_ANY)    \
     X(cuGraphClone,                     "cuGraphClone",                   10000, CUPOOL_ANY)    \
-    X(cuGraphNodeFindInClone,           "cuGraphNodeFindInClone",         10000, CUPOOL_ANY)    \
     X(cuGraphDestroyNode,               "cuGraphDestroyNode",             10000, CUPOOL_ANY)    \
     X(cuGraphDestroy,                   "cuGraphDestroy",                 10000, CUPOOL_ANY)
 
@@ -106,6 +105,7 @@
     X(cuGraphKernelNodeSetParams_v2) \
     X(cuGraphExecKernelNodeSetParams_v2) \
     X(cuGraphNodeGetDependencies_v2) \
-    X(cuGraphGetNodes)
+    X(cuGraphGetNodes)             \
+    X(cuGraphNodeFindInClone)
 
 #endif
