@@ -242,12 +242,20 @@ static int is_primary(CUcontext ctx, int ordinal)
     return primary == ctx;
 }
 
+/* The state cupool keeps for ctx, or NULL; registry_lock held. */
+static cupool_context_t *lookup_locked(CUcontext ctx)
+{
+    cupool_context_t *c = contexts;
+    while (c && c->ctx != ctx) c = c->next;
+    return c;
+}
+
 /* Finds or creates the state of ctx, which must be current.  Called with
  * registry_lock held. */
 static cupool_context_t *context_locked(CUcontext ctx)
 {
-    for (cupool_context_t *c = contexts; c; c = c->next)
-        if (c->ctx == ctx) return c;
+    cupool_context_t *known = lookup_locked(ctx);
+    if (known) return known;
     CUdevice ordinal;
     if (real_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return NULL;
     cupool_device_t *dev = device_get(ordinal);
@@ -483,8 +491,7 @@ static int destroyable(CUcontext ctx)
     unsigned version;
     if (real_cuCtxGetApiVersion(ctx, &version) != CUDA_SUCCESS) return 0;
     pthread_mutex_lock(&registry_lock);
-    cupool_context_t *c = contexts;
-    while (c && c->ctx != ctx) c = c->next;
+    cupool_context_t *c = lookup_locked(ctx);
     int primary = c && c->primary;
     pthread_mutex_unlock(&registry_lock);
     return !primary;
