@@ -1,10 +1,11 @@
 /*
  * The call log (CUPOOL_LOG): one JSON object per line per intercepted call,
  * so `jq` and the report tool read it directly.  Each thread formats into its
- * own buffer and writes whole lines with one write() to an O_APPEND file, so
- * lines never interleave and a reader sees complete lines while the program
- * runs.  Buffers are flushed when full, every 100 ms, when their thread ends
- * and at exit.  The file is opened without following a symbolic link, mode
+ * own buffer; a full buffer goes to cupool's writer thread, which writes it
+ * with one write() to an O_APPEND file, so lines never interleave and a
+ * reader sees complete lines while the program runs.  Buffers are handed
+ * over when full, every 100 ms, when their thread ends, and written out
+ * before the process exits.  The file is opened without following a symbolic link, mode
  * 0600, and must belong to the user.
  */
 #include "common.h"
@@ -12,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +21,27 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define BUFFER_BYTES (256 * 1024)
+#define CHUNK_BYTES (256 * 1024)
 #define LINE_MAX_BYTES 1024
 #define FLUSH_AFTER_NS 100000000ull
+/* Full chunks the writer may fall behind by (8 MiB) before a calling thread
+ * writes for itself, and free chunks kept for reuse. */
+#define MAX_QUEUED 32
+#define MAX_SPARE 8
+
+/* Lines on their way to the file, in the order they were logged. */
+typedef struct chunk {
+    struct chunk *next;
+    size_t used;
+    char data[CHUNK_BYTES];
+} chunk_t;
 
 typedef struct log_buffer {
     cupool_spinlock_t lock;
-    size_t used;
+    chunk_t *chunk; /* the thread's lines not yet handed to the writer */
     uint64_t last_flush_ns;
     int tid;
     struct log_buffer *next;
-    char data[BUFFER_BYTES];
 } log_buffer_t;
 
 int cupool_log_level = -1;
@@ -39,6 +51,21 @@ static log_buffer_t *buffers;
 static pthread_key_t buffer_key;
 static CUPOOL_THREAD_LOCAL log_buffer_t *my_buffer;
 static CUPOOL_THREAD_LOCAL int my_buffer_gone;
+
+/*
+ * The writer: write() into the page cache costs more than formatting a line
+ * (on the GPU machine about half of a logged call), so full chunks go to one
+ * thread of cupool's that writes them, in the order they were handed over.
+ * write_lock is held by whoever writes a chunk, taken under queue_lock, so
+ * the file receives chunks in queue order even when a calling thread writes
+ * for itself (no writer thread, or the writer too far behind).
+ */
+enum { WRITER_NONE, WRITER_RUNNING, WRITER_FAILED };
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+static chunk_t *queue_head, **queue_tail = &queue_head, *spare;
+static int queued, spares, writer_state;
 
 static void write_all(const char *data, size_t len)
 {
@@ -51,10 +78,128 @@ static void write_all(const char *data, size_t len)
     }
 }
 
-static void flush_locked(log_buffer_t *b)
+/* Written chunks are kept for reuse, a few of them. */
+static void recycle_locked(chunk_t *c)
 {
-    if (b->used) write_all(b->data, b->used);
-    b->used = 0;
+    if (spares < MAX_SPARE) {
+        c->next = spare;
+        spare = c;
+        spares++;
+    } else {
+        free(c);
+    }
+}
+
+/* Pops every queued chunk; the caller writes them holding write_lock. */
+static chunk_t *take_queue_locked(void)
+{
+    chunk_t *all = queue_head;
+    queue_head = NULL;
+    queue_tail = &queue_head;
+    queued = 0;
+    return all;
+}
+
+static void write_chunks(chunk_t *list)
+{
+    for (chunk_t *c = list; c; c = c->next) write_all(c->data, c->used);
+}
+
+static void recycle_list(chunk_t *list)
+{
+    pthread_mutex_lock(&queue_lock);
+    while (list) {
+        chunk_t *next = list->next;
+        recycle_locked(list);
+        list = next;
+    }
+    pthread_mutex_unlock(&queue_lock);
+}
+
+static void *writer_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&queue_lock);
+    for (;;) {
+        while (!queue_head) pthread_cond_wait(&queue_cond, &queue_lock);
+        chunk_t *c = queue_head;
+        queue_head = c->next;
+        if (!queue_head) queue_tail = &queue_head;
+        queued--;
+        c->next = NULL;
+        pthread_mutex_lock(&write_lock);
+        pthread_mutex_unlock(&queue_lock);
+        write_all(c->data, c->used);
+        pthread_mutex_unlock(&write_lock);
+        pthread_mutex_lock(&queue_lock);
+        recycle_locked(c);
+    }
+    return NULL;
+}
+
+/* Started at the first full chunk, with every signal blocked: the program's
+ * signals stay with the program's threads. */
+static void start_writer_locked(void)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_t thread;
+    int ok = pthread_attr_init(&attr) == 0;
+    ok = ok && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+         pthread_attr_setstacksize(&attr, 64 * 1024) == 0 && pthread_create(&thread, &attr, writer_main, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (ok) pthread_setname_np(thread, "cupool-log");
+    writer_state = ok ? WRITER_RUNNING : WRITER_FAILED;
+}
+
+/* Writes, here and in order, everything queued and then own (may be NULL).
+ * Called with queue_lock held; releases it. */
+static void write_queue_then_unlock(const chunk_t *own)
+{
+    chunk_t *older = take_queue_locked();
+    pthread_mutex_lock(&write_lock);
+    pthread_mutex_unlock(&queue_lock);
+    write_chunks(older);
+    if (own) write_all(own->data, own->used);
+    pthread_mutex_unlock(&write_lock);
+    recycle_list(older);
+}
+
+/* Hands the buffer's lines to the writer (the buffer's lock held) and gives
+ * the buffer an empty chunk.  With no writer, one too far behind, no memory
+ * for a new chunk, or sync set, the lines are written here instead, after
+ * everything queued before them, and the buffer keeps its chunk. */
+static void hand_off_locked(log_buffer_t *b, int sync)
+{
+    chunk_t *full = b->chunk;
+    if (!full->used) return;
+    pthread_mutex_lock(&queue_lock);
+    if (!sync) {
+        if (writer_state == WRITER_NONE) start_writer_locked();
+        chunk_t *fresh = spare;
+        if (fresh) {
+            spare = fresh->next;
+            spares--;
+        } else if (writer_state == WRITER_RUNNING && queued < MAX_QUEUED) {
+            fresh = malloc(sizeof *fresh);
+        }
+        if (fresh && writer_state == WRITER_RUNNING && queued < MAX_QUEUED) {
+            full->next = NULL;
+            *queue_tail = full;
+            queue_tail = &full->next;
+            queued++;
+            pthread_cond_signal(&queue_cond);
+            pthread_mutex_unlock(&queue_lock);
+            fresh->used = 0;
+            b->chunk = fresh;
+            return;
+        }
+        if (fresh) recycle_locked(fresh);
+    }
+    write_queue_then_unlock(full);
+    full->used = 0;
 }
 
 static void thread_done(void *arg)
@@ -71,7 +216,10 @@ static void thread_done(void *arg)
             break;
         }
     pthread_mutex_unlock(&buffers_lock);
-    flush_locked(b);
+    hand_off_locked(b, 0);
+    pthread_mutex_lock(&queue_lock);
+    if (b->chunk) recycle_locked(b->chunk);
+    pthread_mutex_unlock(&queue_lock);
     free(b);
 }
 
@@ -81,6 +229,11 @@ static log_buffer_t *buffer(void)
     if (my_buffer_gone) return NULL;
     log_buffer_t *b = calloc(1, sizeof *b);
     if (!b) return NULL;
+    if (!(b->chunk = malloc(sizeof *b->chunk))) {
+        free(b);
+        return NULL;
+    }
+    b->chunk->used = 0;
     b->tid = (int)syscall(SYS_gettid);
     pthread_mutex_lock(&buffers_lock);
     b->next = buffers;
@@ -132,10 +285,14 @@ static void fork_prepare(void)
 {
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) cupool_spin_lock(&b->lock);
+    pthread_mutex_lock(&queue_lock);
+    pthread_mutex_lock(&write_lock);
 }
 
 static void fork_parent(void)
 {
+    pthread_mutex_unlock(&write_lock);
+    pthread_mutex_unlock(&queue_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) cupool_spin_unlock(&b->lock);
     pthread_mutex_unlock(&buffers_lock);
 }
@@ -144,8 +301,20 @@ static void write_start_line(void);
 
 static void fork_child(void)
 {
+    /* The parent's lines (buffered or queued) are the parent's to write,
+     * and the child has no writer thread until it needs one. */
+    chunk_t *parents = take_queue_locked();
+    while (parents) {
+        chunk_t *next = parents->next;
+        recycle_locked(parents);
+        parents = next;
+    }
+    writer_state = WRITER_NONE;
+    pthread_cond_init(&queue_cond, NULL);
+    pthread_mutex_unlock(&write_lock);
+    pthread_mutex_unlock(&queue_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) {
-        b->used = 0;
+        b->chunk->used = 0;
         cupool_spin_unlock(&b->lock);
     }
     pthread_mutex_unlock(&buffers_lock);
@@ -205,11 +374,12 @@ static void append(const char *line, size_t len, uint64_t now)
         return;
     }
     cupool_spin_lock(&b->lock);
-    if (b->used + len > BUFFER_BYTES) flush_locked(b);
-    memcpy(b->data + b->used, line, len);
-    b->used += len;
+    chunk_t *c = b->chunk;
+    if (c->used + len > CHUNK_BYTES) hand_off_locked(b, 0), c = b->chunk;
+    memcpy(c->data + c->used, line, len);
+    c->used += len;
     if (now - b->last_flush_ns > FLUSH_AFTER_NS) {
-        flush_locked(b);
+        hand_off_locked(b, 0);
         b->last_flush_ns = now;
     }
     cupool_spin_unlock(&b->lock);
@@ -346,10 +516,11 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
     }
     /* Formatted in place, in the thread's buffer: no copy. */
     cupool_spin_lock(&b->lock);
-    if (b->used + LINE_MAX_BYTES > BUFFER_BYTES) flush_locked(b);
-    b->used += format_call(b->data + b->used, c, result, end_ns, b->tid);
+    chunk_t *k = b->chunk;
+    if (k->used + LINE_MAX_BYTES > CHUNK_BYTES) hand_off_locked(b, 0), k = b->chunk;
+    k->used += format_call(k->data + k->used, c, result, end_ns, b->tid);
     if (end_ns - b->last_flush_ns > FLUSH_AFTER_NS) {
-        flush_locked(b);
+        hand_off_locked(b, 0);
         b->last_flush_ns = end_ns;
     }
     cupool_spin_unlock(&b->lock);
@@ -372,14 +543,17 @@ void cupool_log_message(int level, const char *text)
     append(line, o, cupool_now_ns());
 }
 
+/* At exit: everything buffered or queued is written before this returns. */
 void cupool_log_flush(void)
 {
     if (log_fd < 0) return;
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) {
         cupool_spin_lock(&b->lock);
-        flush_locked(b);
+        hand_off_locked(b, 1);
         cupool_spin_unlock(&b->lock);
     }
     pthread_mutex_unlock(&buffers_lock);
+    pthread_mutex_lock(&queue_lock);
+    write_queue_then_unlock(NULL);
 }

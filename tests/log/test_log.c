@@ -12,7 +12,11 @@
  *            the program runs on;
  *   level    CUPOOL_LOG_LEVEL=error logs the failed calls only;
  *   exit     a thread calls exit() while another one is allocating: every
- *            call that returned before is in the log, in whole lines.
+ *            call that returned before is in the log, in whole lines;
+ *   volume   8 threads log far more than one buffer each, so whole buffers
+ *            go through cupool's writer thread: every call is there once, in
+ *            its thread's order; then a child made by fork() alone (no exec)
+ *            logs to its own file, with none of the parent's lines.
  * Each child's standard output goes to DIR/MODE.out, where it reports what
  * the parent cannot see (a result name, a pid, a count).
  */
@@ -37,6 +41,8 @@ static const size_t native_sizes[] = {3 << 20, 5 << 20};
 #define NNATIVE (sizeof native_sizes / sizeof *native_sizes)
 #define MAX_SIZE_OPTION "2M"
 #define BAD_POINTER ((CUdeviceptr)0x1234)
+
+static CUcontext volume_ctx;
 
 /* ---- the children ------------------------------------------------------- */
 
@@ -105,6 +111,57 @@ static int child_level(void)
     for (int i = 0; i < 3; i++) CHECK_CU(cuMemFree(p[i]));
     CHECK_NE(cuMemFree(BAD_POINTER), CUDA_SUCCESS);
     CHECK_NE(cuMemAlloc(&q, 0), CUDA_SUCCESS);
+    return 0;
+}
+
+
+/* ---- volume: buffers handed to the writer thread ------------------------ */
+
+#define VOLUME_THREADS 8
+#define VOLUME_PAIRS 4000
+#define VOLUME_CHILD_CALLS 3000
+/* Thread k's i-th allocation has size volume_size(k, i): the log says which
+ * call it was. */
+static size_t volume_size(int k, int i)
+{
+    return (size_t)(k + 1) * 100000 + (size_t)i;
+}
+
+static void *volume_thread(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    CHECK_CU(cuCtxSetCurrent(volume_ctx));
+    for (int i = 0; i < VOLUME_PAIRS; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, volume_size(k, i)));
+        CHECK_CU(cuMemFree(p));
+    }
+    return NULL;
+}
+
+static int child_volume(void)
+{
+    volume_ctx = start_cuda();
+    pthread_t t[VOLUME_THREADS];
+    for (int k = 0; k < VOLUME_THREADS; k++)
+        CHECK_EQ(pthread_create(&t[k], NULL, volume_thread, (void *)(intptr_t)k), 0);
+    for (int k = 0; k < VOLUME_THREADS; k++) CHECK_EQ(pthread_join(t[k], NULL), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK_TRUE(pid >= 0);
+    if (pid == 0) {
+        /* A real driver refuses a forked child (natively too): its calls
+         * fail, and each is logged all the same. */
+        for (int i = 0; i < VOLUME_CHILD_CALLS; i++) {
+            CUdeviceptr p;
+            if (cuMemAlloc(&p, 777) == CUDA_SUCCESS) cuMemFree(p);
+        }
+        exit(0);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    printf("child %d\n", (int)pid);
     return 0;
 }
 
@@ -477,6 +534,41 @@ static void test_exit(void)
     if (logged < done) CHECK_FAIL("%s: %d allocations logged, %ld made before exit()", logfile, logged, done);
 }
 
+static void test_volume(void)
+{
+    char pattern[4200], logfile[4200], child[64];
+    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/volume.%%p.jsonl", dir);
+    const char *env[] = {pattern, NULL};
+    int status;
+    pid_t pid = spawn("volume", env, &status);
+    expect_success("volume", status);
+    log_path("volume", pid, logfile, sizeof logfile);
+    int n = read_log(logfile, entries, MAX_ENTRIES);
+    check_start(entries, n, pid);
+    CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), VOLUME_THREADS * VOLUME_PAIRS);
+    CHECK_EQ(count_calls(entries, n, "cuMemFree_v2"), VOLUME_THREADS * VOLUME_PAIRS);
+    /* Each thread's allocations appear once each, in the order made. */
+    int next[VOLUME_THREADS] = {0};
+    for (int i = 0; i < n; i++) {
+        const entry_t *e = &entries[i];
+        if (strcmp(e->call, "cuMemAlloc_v2") != 0) continue;
+        int k = (int)(e->size / 100000) - 1;
+        CHECK_TRUE(k >= 0 && k < VOLUME_THREADS);
+        if (e->size != volume_size(k, next[k]))
+            CHECK_FAIL("%s: thread %d: allocation of %llu bytes where call %d (%zu bytes) was due", logfile, k,
+                       (unsigned long long)e->size, next[k], volume_size(k, next[k]));
+        next[k]++;
+    }
+    /* The forked child: its own file, its calls only. */
+    read_output("volume", "child", child, sizeof child);
+    log_path("volume", (pid_t)atoi(child), logfile, sizeof logfile);
+    n = read_log(logfile, entries, MAX_ENTRIES);
+    CHECK_EQ(count_calls(entries, n, "cupool.start"), 1);
+    CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), VOLUME_CHILD_CALLS);
+    for (int i = 0; i < n; i++)
+        if (strcmp(entries[i].call, "cuMemAlloc_v2") == 0) CHECK_EQ(entries[i].size, 777);
+}
+
 static void remove_dir(void)
 {
     DIR *d = opendir(dir);
@@ -501,6 +593,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "forked") == 0) return child_forked();
         if (strcmp(argv[1], "level") == 0) return child_level();
         if (strcmp(argv[1], "exit") == 0) return child_exit();
+        if (strcmp(argv[1], "volume") == 0) return child_volume();
         CHECK_FAIL("unknown mode %s", argv[1]);
     }
     if (!check_cupool_loaded()) {
@@ -521,6 +614,7 @@ int main(int argc, char **argv)
     test_symlink();
     test_level();
     test_exit();
+    test_volume();
 
     if (!getenv("CUPOOL_TEST_KEEP")) remove_dir();
     else fprintf(stderr, "logs kept in %s\n", dir);
