@@ -151,7 +151,9 @@ static int child_volume(void)
     CHECK_TRUE(pid >= 0);
     if (pid == 0) {
         /* A real driver refuses a forked child (natively too): its calls
-         * fail, and each is logged all the same. */
+         * fail, and each is logged all the same.  The alarm ends a child
+         * the driver would hang. */
+        alarm(20);
         for (int i = 0; i < VOLUME_CHILD_CALLS; i++) {
             CUdeviceptr p;
             if (cuMemAlloc(&p, 777) == CUDA_SUCCESS) cuMemFree(p);
