@@ -304,10 +304,13 @@ static void measure(FILE *csv, size_t size, int threads)
             exit(1);
         }
 
-    /* Warm-up, which also sizes the timed rounds: double n until a round
-     * takes a twentieth of the target. */
+    /* Warm-up: a first round pays one-time costs (the pool's creation, its
+     * first reservation, the context's first use of the size) that would
+     * otherwise size the timed rounds to a handful of pairs.  Then size the
+     * timed rounds: double n until a round takes a twentieth of the target. */
     long n = opt.iters;
     double per = 0;
+    round_of(16);
     if (!n) {
         long w = 1;
         double t = 0;

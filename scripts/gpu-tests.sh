@@ -21,7 +21,9 @@
 #
 # Environment: CUPOOL_BUILD, UTHASH_DIR, CUDA_HOME, JOBS, SANITIZER_JOBS
 # (parallel sanitizer runs, default 4), TESTS_BUDGET (seconds, default 560),
-# GPU_TESTS_DRIVER (real, or sim for a dry run of this script without a GPU).
+# GPU_TESTS_DRIVER (real, or sim for a dry run of this script without a GPU),
+# SANITIZE_ONLY (space-separated names, e.g. "test_stress loop": only the
+# sanitizer runs of programs whose name contains one of them).
 set -u
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -185,6 +187,14 @@ done
 say "compute-sanitizer memcheck --track-stream-ordered-races all ($sjobs at a time)"
 TESTS_DEADLINE=$((start + budget - 90)) # keep time for the proofs
 export TESTS_DEADLINE
+# Is program NAME among SANITIZE_ONLY's (all when it is empty)?
+selected() {
+    [ -z "${SANITIZE_ONLY:-}" ] && return 0
+    for want in $SANITIZE_ONLY; do
+        case "$1" in *"$want"*) return 0 ;; esac
+    done
+    return 1
+}
 list=$out/sanitizer/runs.txt
 : >"$list"
 # Test programs: the ELF executables make check built under tests/ (not the simulator).
@@ -196,12 +206,13 @@ for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '
     ! -name 'test_oom' ! -name 'test_ctor' ! -name 'test_rtld_next' ! -name 'test_deferred_cap' 2>/dev/null | sort); do
     head -c 4 "$prog" | grep -q 'ELF' || continue
     name=$(echo "${prog#"$build"/}" | tr '/' '_')
+    selected "$name" || continue
     for mode in ordered deferred sync auto; do
         echo "$name $mode 0 $prog" >>"$list"
     done
 done
 for kind in static shared; do
-    [ -x "$bindir/loop_$kind" ] || continue
+    [ -x "$bindir/loop_$kind" ] && selected "loop_$kind" || continue
     for mode in deferred sync auto; do
         echo "loop_$kind $mode 1 $bindir/loop_$kind --iters 10 --reps 1 --elems 65536" >>"$list"
     done

@@ -603,11 +603,34 @@ CUPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 
 /* ---- streams ------------------------------------------------------------- */
 
+/* Orders a new stream after the allocations cupool made so far, explicitly.
+ * compute-sanitizer's stream-ordered checker does not order a stream created
+ * after an allocation behind it, even once the host has synchronized: it
+ * reports the stream's first use of the block as use-before-alloc, for plain
+ * cuMemAllocAsync programs too (measured: alloc + cuStreamSynchronize, then
+ * cuStreamCreate and a memset on the new stream).  A wait on an event
+ * recorded on the streams cupool allocates on gives the checker that order;
+ * on the GPU it costs nothing, the allocations being complete or about to
+ * be.  cupool's stream holds nothing but cupool's allocations; the legacy
+ * stream is waited on only by a blocking stream, which follows it anyway. */
+static void order_after_allocations(cupool_context_t *c, CUstream stream, unsigned flags)
+{
+    if (!c->private_stream || atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return;
+    CUevent done;
+    if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+    if (real_cuEventRecord(done, c->private_stream) == CUDA_SUCCESS) real_cuStreamWaitEvent(stream, done, 0);
+    if (!(flags & CU_STREAM_NON_BLOCKING) && real_cuEventRecord(done, CU_STREAM_LEGACY) == CUDA_SUCCESS)
+        real_cuStreamWaitEvent(stream, done, 0);
+    real_cuEventDestroy_v2(done);
+}
+
 void cupool_track_stream(CUstream stream, unsigned flags)
 {
-    if (!(flags & CU_STREAM_NON_BLOCKING) || !cupool_active()) return;
+    if (!cupool_active()) return;
     cupool_context_t *c = cupool_current_context();
     if (!c) return;
+    order_after_allocations(c, stream, flags);
+    if (!(flags & CU_STREAM_NON_BLOCKING)) return;
     pthread_mutex_lock(&c->lock);
     if (c->nstreams == c->streams_cap) {
         int cap = c->streams_cap ? 2 * c->streams_cap : 8;
