@@ -1,9 +1,10 @@
 /*
  * The call log (CUPOOL_LOG): one JSON object per line per intercepted call,
- * so `jq` and the report tool read it directly.  Each thread formats into its
- * own buffer; a full buffer goes to cupool's writer thread, which writes it
- * with one write() to an O_APPEND file, so lines never interleave and a
- * reader sees complete lines while the program runs.  Buffers are handed
+ * so `jq` and the report tool read it directly.  Each thread copies its calls
+ * into its own buffer; a full buffer goes to cupool's writer thread, which
+ * formats the lines and writes them with write() to an O_APPEND file, in
+ * whole lines, so lines never interleave and a reader sees complete lines
+ * while the program runs.  Buffers are handed
  * over when full, every 100 ms, when their thread ends, and written out
  * before the process exits.  The file is opened without following a symbolic link, mode
  * 0600, and must belong to the user.
@@ -53,9 +54,10 @@ static CUPOOL_THREAD_LOCAL log_buffer_t *my_buffer;
 static CUPOOL_THREAD_LOCAL int my_buffer_gone;
 
 /*
- * The writer: write() into the page cache costs more than formatting a line
- * (on the GPU machine about half of a logged call), so full chunks go to one
- * thread of cupool's that writes them, in the order they were handed over.
+ * The writer: formatting a line and write() into the page cache were most of
+ * a logged call's cost (measured on the GPU machine and under perf), so full
+ * chunks go to one thread of cupool's that formats and writes them, in the
+ * order they were handed over.
  * write_lock is held by whoever writes a chunk, taken under queue_lock, so
  * the file receives chunks in queue order even when a calling thread writes
  * for itself (no writer thread, or the writer too far behind).
@@ -100,9 +102,63 @@ static chunk_t *take_queue_locked(void)
     return all;
 }
 
+/*
+ * A chunk holds entries: a call (its cupool_call_t, result, end time and
+ * thread, copied as they are) or a line of text (start lines, messages).
+ * Calls are formatted into JSON only when written, by whoever writes: the
+ * calling thread copies about 100 bytes and goes on.
+ */
+enum { ENTRY_CALL, ENTRY_TEXT };
+typedef struct entry_head {
+    uint32_t kind, len; /* len: bytes of what follows, before padding */
+} entry_head_t;
+typedef struct call_entry {
+    cupool_call_t call;
+    uint64_t end_ns;
+    CUresult result;
+    int tid;
+} call_entry_t;
+#define ENTRY_BYTES(len) (sizeof(entry_head_t) + (((len) + 7) & ~(size_t)7))
+
+/* Room for an entry of len bytes at the end of c (which the caller checked). */
+static void *put_entry(chunk_t *c, uint32_t kind, size_t len)
+{
+    entry_head_t *h = (entry_head_t *)(void *)(c->data + c->used);
+    h->kind = kind;
+    h->len = (uint32_t)len;
+    c->used += ENTRY_BYTES(len);
+    return h + 1;
+}
+
+static size_t format_call(char *text, const cupool_call_t *c, CUresult result, uint64_t end_ns, int tid);
+
+/* Formatted lines on their way to write(); only used under write_lock. */
+static char text_out[64 * 1024];
+
+static void write_entries(const chunk_t *c)
+{
+    size_t out = 0;
+    for (size_t at = 0; at < c->used;) {
+        const entry_head_t *h = (const entry_head_t *)(const void *)(c->data + at);
+        if (out + LINE_MAX_BYTES > sizeof text_out) {
+            write_all(text_out, out);
+            out = 0;
+        }
+        if (h->kind == ENTRY_CALL) {
+            const call_entry_t *e = (const call_entry_t *)(const void *)(h + 1);
+            out += format_call(text_out + out, &e->call, e->result, e->end_ns, e->tid);
+        } else {
+            memcpy(text_out + out, h + 1, h->len);
+            out += h->len;
+        }
+        at += ENTRY_BYTES(h->len);
+    }
+    write_all(text_out, out);
+}
+
 static void write_chunks(chunk_t *list)
 {
-    for (chunk_t *c = list; c; c = c->next) write_all(c->data, c->used);
+    for (chunk_t *c = list; c; c = c->next) write_entries(c);
 }
 
 static void recycle_list(chunk_t *list)
@@ -129,7 +185,7 @@ static void *writer_main(void *arg)
         c->next = NULL;
         pthread_mutex_lock(&write_lock);
         pthread_mutex_unlock(&queue_lock);
-        write_all(c->data, c->used);
+        write_entries(c);
         pthread_mutex_unlock(&write_lock);
         pthread_mutex_lock(&queue_lock);
         recycle_locked(c);
@@ -150,6 +206,7 @@ static void start_writer_locked(void)
     ok = ok && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
          pthread_attr_setstacksize(&attr, 64 * 1024) == 0 && pthread_create(&thread, &attr, writer_main, NULL) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
     if (ok) pthread_setname_np(thread, "cupool-log");
     writer_state = ok ? WRITER_RUNNING : WRITER_FAILED;
 }
@@ -162,7 +219,7 @@ static void write_queue_then_unlock(const chunk_t *own)
     pthread_mutex_lock(&write_lock);
     pthread_mutex_unlock(&queue_lock);
     write_chunks(older);
-    if (own) write_all(own->data, own->used);
+    if (own) write_entries(own);
     pthread_mutex_unlock(&write_lock);
     recycle_list(older);
 }
@@ -374,10 +431,8 @@ static void append(const char *line, size_t len, uint64_t now)
         return;
     }
     cupool_spin_lock(&b->lock);
-    chunk_t *c = b->chunk;
-    if (c->used + len > CHUNK_BYTES) hand_off_locked(b, 0), c = b->chunk;
-    memcpy(c->data + c->used, line, len);
-    c->used += len;
+    if (b->chunk->used + ENTRY_BYTES(len) > CHUNK_BYTES) hand_off_locked(b, 0);
+    memcpy(put_entry(b->chunk, ENTRY_TEXT, len), line, len);
     if (now - b->last_flush_ns > FLUSH_AFTER_NS) {
         hand_off_locked(b, 0);
         b->last_flush_ns = now;
@@ -514,11 +569,14 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
         write_all(text, len);
         return;
     }
-    /* Formatted in place, in the thread's buffer: no copy. */
+    /* Copied as it is; formatted when written (write_entries). */
     cupool_spin_lock(&b->lock);
-    chunk_t *k = b->chunk;
-    if (k->used + LINE_MAX_BYTES > CHUNK_BYTES) hand_off_locked(b, 0), k = b->chunk;
-    k->used += format_call(k->data + k->used, c, result, end_ns, b->tid);
+    if (b->chunk->used + ENTRY_BYTES(sizeof(call_entry_t)) > CHUNK_BYTES) hand_off_locked(b, 0);
+    call_entry_t *e = put_entry(b->chunk, ENTRY_CALL, sizeof *e);
+    e->call = *c;
+    e->end_ns = end_ns;
+    e->result = result;
+    e->tid = b->tid;
     if (end_ns - b->last_flush_ns > FLUSH_AFTER_NS) {
         hand_off_locked(b, 0);
         b->last_flush_ns = end_ns;
