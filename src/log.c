@@ -30,7 +30,7 @@
 #define MAX_QUEUED 32
 #define MAX_SPARE 8
 
-/* Lines on their way to the file, in the order they were logged. */
+/* Calls and lines on their way to the file, in the order they were logged. */
 typedef struct chunk {
     struct chunk *next;
     size_t used;
@@ -39,7 +39,7 @@ typedef struct chunk {
 
 typedef struct log_buffer {
     cupool_spinlock_t lock;
-    chunk_t *chunk; /* the thread's lines not yet handed to the writer */
+    chunk_t *chunk; /* the thread's calls not yet handed to the writer */
     uint64_t last_flush_ns;
     int tid;
     struct log_buffer *next;
@@ -52,6 +52,9 @@ static log_buffer_t *buffers;
 static pthread_key_t buffer_key;
 static CUPOOL_THREAD_LOCAL log_buffer_t *my_buffer;
 static CUPOOL_THREAD_LOCAL int my_buffer_gone;
+/* Set by the flush at exit: calls made after it (other exit handlers,
+ * library destructors) are written at once, unbuffered. */
+static atomic_int log_exited;
 
 /*
  * The writer: formatting a line and write() into the page cache were most of
@@ -423,7 +426,7 @@ static void append(const char *line, size_t len, uint64_t now)
         start_line_due = 0;
         write_start_line();
     }
-    log_buffer_t *b = buffer();
+    log_buffer_t *b = atomic_load_explicit(&log_exited, memory_order_relaxed) ? NULL : buffer();
     if (!b) {
         /* No buffer (out of memory, or the thread is ending): the line goes
          * out on its own, still whole. */
@@ -560,10 +563,10 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
         start_line_due = 0;
         write_start_line();
     }
-    log_buffer_t *b = buffer();
+    log_buffer_t *b = atomic_load_explicit(&log_exited, memory_order_relaxed) ? NULL : buffer();
     if (CUPOOL_UNLIKELY(!b)) {
-        /* No buffer (out of memory, or the thread is ending): the line goes
-         * out on its own, still whole. */
+        /* No buffer (out of memory, the thread or the process is ending):
+         * the line goes out on its own, still whole. */
         char text[LINE_MAX_BYTES];
         size_t len = format_call(text, c, result, end_ns, (int)syscall(SYS_gettid));
         write_all(text, len);
@@ -601,10 +604,12 @@ void cupool_log_message(int level, const char *text)
     append(line, o, cupool_now_ns());
 }
 
-/* At exit: everything buffered or queued is written before this returns. */
+/* At exit: everything buffered or queued is written before this returns,
+ * and later calls are written as they come. */
 void cupool_log_flush(void)
 {
     if (log_fd < 0) return;
+    atomic_store(&log_exited, 1);
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) {
         cupool_spin_lock(&b->lock);

@@ -13,6 +13,8 @@
  *   level    CUPOOL_LOG_LEVEL=error logs the failed calls only;
  *   exit     a thread calls exit() while another one is allocating: every
  *            call that returned before is in the log, in whole lines;
+ *   late     an exit handler that runs after cupool's (registered before the
+ *            program's cuInit) still gets its calls into the log;
  *   volume   8 threads log far more than one buffer each, so whole buffers
  *            go through cupool's writer thread: every call is there once, in
  *            its thread's order; then a child made by fork() alone (no exec)
@@ -114,6 +116,29 @@ static int child_level(void)
     return 0;
 }
 
+
+/* ---- late: calls after cupool's own exit handler ------------------------- */
+
+#define LATE_SIZE 4242
+
+/* Registered before cuInit, so it runs after cupool's handler (exit handlers
+ * run in reverse order).  A real driver may be shutting down by then: the
+ * call's result does not matter, its line does. */
+static void late_calls(void)
+{
+    CUdeviceptr p;
+    if (cuMemAlloc(&p, LATE_SIZE) == CUDA_SUCCESS) cuMemFree(p);
+}
+
+static int child_late(void)
+{
+    CHECK_EQ(atexit(late_calls), 0);
+    start_cuda();
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 1000));
+    CHECK_CU(cuMemFree(p));
+    return 0;
+}
 
 /* ---- volume: buffers handed to the writer thread ------------------------ */
 
@@ -536,6 +561,22 @@ static void test_exit(void)
     if (logged < done) CHECK_FAIL("%s: %d allocations logged, %ld made before exit()", logfile, logged, done);
 }
 
+static void test_late(void)
+{
+    char pattern[4200], logfile[4200];
+    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/late.%%p.jsonl", dir);
+    const char *env[] = {pattern, NULL};
+    int status;
+    pid_t pid = spawn("late", env, &status);
+    expect_success("late", status);
+    log_path("late", pid, logfile, sizeof logfile);
+    int n = read_log(logfile, entries, MAX_ENTRIES);
+    check_start(entries, n, pid);
+    int late = 0;
+    for (int i = 0; i < n; i++) late += strcmp(entries[i].call, "cuMemAlloc_v2") == 0 && entries[i].size == LATE_SIZE;
+    CHECK_EQ(late, 1);
+}
+
 static void test_volume(void)
 {
     char pattern[4200], logfile[4200], child[64];
@@ -596,6 +637,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "level") == 0) return child_level();
         if (strcmp(argv[1], "exit") == 0) return child_exit();
         if (strcmp(argv[1], "volume") == 0) return child_volume();
+        if (strcmp(argv[1], "late") == 0) return child_late();
         CHECK_FAIL("unknown mode %s", argv[1]);
     }
     if (!check_cupool_loaded()) {
@@ -616,6 +658,7 @@ int main(int argc, char **argv)
     test_symlink();
     test_level();
     test_exit();
+    test_late();
     test_volume();
 
     if (!getenv("CUPOOL_TEST_KEEP")) remove_dir();
