@@ -400,18 +400,30 @@ static void log_path(const char *mode, pid_t pid, char *buf, size_t len)
     snprintf(buf, len, "%s/%s.%d.jsonl", dir, mode, (int)pid);
 }
 
-static void test_calls(void)
+/* Runs child MODE with CUPOOL_LOG=DIR/MODE.%p.jsonl and the option extra
+ * (NULL for none), which must succeed; reads its log into entries, checks
+ * the start line and returns the line count.  logfile (PATH_BYTES) gets the
+ * log's path. */
+#define PATH_BYTES 4200
+static int run_logged(const char *mode, const char *extra, char *logfile)
 {
-    char pattern[4200], logfile[4200], badfree[128];
-    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/calls.%%p.jsonl", dir);
-    const char *env[] = {pattern, "CUPOOL_MAX_SIZE=" MAX_SIZE_OPTION, NULL};
+    char pattern[PATH_BYTES];
+    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/%s.%%p.jsonl", dir, mode);
+    const char *env[] = {pattern, extra, NULL};
     int status;
-    pid_t pid = spawn("calls", env, &status);
-    expect_success("calls", status);
-    read_output("calls", "badfree", badfree, sizeof badfree);
-    log_path("calls", pid, logfile, sizeof logfile);
+    pid_t pid = spawn(mode, env, &status);
+    expect_success(mode, status);
+    log_path(mode, pid, logfile, PATH_BYTES);
     int n = read_log(logfile, entries, MAX_ENTRIES);
     check_start(entries, n, pid);
+    return n;
+}
+
+static void test_calls(void)
+{
+    char logfile[PATH_BYTES], badfree[128];
+    int n = run_logged("calls", "CUPOOL_MAX_SIZE=" MAX_SIZE_OPTION, logfile);
+    read_output("calls", "badfree", badfree, sizeof badfree);
     check_thread_order(entries, n);
 
     /* Exactly the calls made, and nothing cupool made itself. */
@@ -526,15 +538,8 @@ static void test_symlink(void)
 
 static void test_level(void)
 {
-    char pattern[4200], logfile[4200];
-    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/level.%%p.jsonl", dir);
-    const char *env[] = {pattern, "CUPOOL_LOG_LEVEL=error", NULL};
-    int status;
-    pid_t pid = spawn("level", env, &status);
-    expect_success("level", status);
-    log_path("level", pid, logfile, sizeof logfile);
-    int n = read_log(logfile, entries, MAX_ENTRIES);
-    check_start(entries, n, pid);
+    char logfile[PATH_BYTES];
+    int n = run_logged("level", "CUPOOL_LOG_LEVEL=error", logfile);
     CHECK_EQ(n, 3);
     CHECK_STR_EQ(entries[1].call, "cuMemFree_v2");
     CHECK_EQ(entries[1].ptr, BAD_POINTER);
@@ -545,33 +550,19 @@ static void test_level(void)
 
 static void test_exit(void)
 {
-    char pattern[4200], logfile[4200], count[64];
-    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/exit.%%p.jsonl", dir);
-    const char *env[] = {pattern, NULL};
-    int status;
-    pid_t pid = spawn("exit", env, &status);
-    expect_success("exit", status);
+    char logfile[PATH_BYTES], count[64];
+    int n = run_logged("exit", NULL, logfile);
     read_output("exit", "count", count, sizeof count);
     long done = atol(count);
     CHECK_TRUE(done >= 3000);
-    log_path("exit", pid, logfile, sizeof logfile);
-    int n = read_log(logfile, entries, MAX_ENTRIES);
-    check_start(entries, n, pid);
     int logged = count_calls(entries, n, "cuMemAlloc_v2");
     if (logged < done) CHECK_FAIL("%s: %d allocations logged, %ld made before exit()", logfile, logged, done);
 }
 
 static void test_late(void)
 {
-    char pattern[4200], logfile[4200];
-    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/late.%%p.jsonl", dir);
-    const char *env[] = {pattern, NULL};
-    int status;
-    pid_t pid = spawn("late", env, &status);
-    expect_success("late", status);
-    log_path("late", pid, logfile, sizeof logfile);
-    int n = read_log(logfile, entries, MAX_ENTRIES);
-    check_start(entries, n, pid);
+    char logfile[PATH_BYTES];
+    int n = run_logged("late", NULL, logfile);
     int late = 0;
     for (int i = 0; i < n; i++) late += strcmp(entries[i].call, "cuMemAlloc_v2") == 0 && entries[i].size == LATE_SIZE;
     CHECK_EQ(late, 1);
@@ -579,15 +570,8 @@ static void test_late(void)
 
 static void test_volume(void)
 {
-    char pattern[4200], logfile[4200], child[64];
-    snprintf(pattern, sizeof pattern, "CUPOOL_LOG=%s/volume.%%p.jsonl", dir);
-    const char *env[] = {pattern, NULL};
-    int status;
-    pid_t pid = spawn("volume", env, &status);
-    expect_success("volume", status);
-    log_path("volume", pid, logfile, sizeof logfile);
-    int n = read_log(logfile, entries, MAX_ENTRIES);
-    check_start(entries, n, pid);
+    char logfile[PATH_BYTES], child[64];
+    int n = run_logged("volume", NULL, logfile);
     CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), VOLUME_THREADS * VOLUME_PAIRS);
     CHECK_EQ(count_calls(entries, n, "cuMemFree_v2"), VOLUME_THREADS * VOLUME_PAIRS);
     /* Each thread's allocations appear once each, in the order made. */
