@@ -5,6 +5,9 @@
  * glibc's static TLS surplus.  The child runs without the preload, opens the
  * library, and allocates and frees through its exported shims from the main
  * thread and from threads started afterwards; every block must be pooled.
+ * Then it dlclose()s the library, which must stay loaded (linked with
+ * -z nodelete): the program may still hold pointers to its shims, and
+ * threads still run its thread-exit handlers; the shims keep working.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -51,6 +54,10 @@ static int child(void)
     pthread_t threads[THREADS];
     for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, NULL);
     for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+    if (dlclose(lib) != 0) CHECK_FAIL("dlclose: %s", dlerror());
+    if (!dlopen(path, RTLD_NOW | RTLD_NOLOAD)) CHECK_FAIL("libcupool.so was unloaded by dlclose()");
+    for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, NULL);
+    for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
     cupool_stats_t s = tl_stats(0);
     printf("pooled %llu frees %llu\n", (unsigned long long)s.pooled_allocs, (unsigned long long)s.pooled_frees);
     return 0;
@@ -63,7 +70,7 @@ int main(int argc, char **argv)
     tl_child_t c;
     tl_run_self(args, NULL, 1, 60, &c);
     char want[64];
-    snprintf(want, sizeof want, "pooled %d frees %d", (THREADS + 1) * PAIRS, (THREADS + 1) * PAIRS);
+    snprintf(want, sizeof want, "pooled %d frees %d", (2 * THREADS + 1) * PAIRS, (2 * THREADS + 1) * PAIRS);
     if (c.status != 0 || !strstr(c.out, want)) {
         tl_child_dump("dlopen child", &c);
         CHECK_FAIL("expected \"%s\" from a child that dlopen()ed libcupool.so", want);
