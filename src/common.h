@@ -47,6 +47,12 @@ static inline void cupool_spin_unlock(cupool_spinlock_t *lock)
 {
     atomic_store_explicit(lock, 0, memory_order_release);
 }
+
+/* Takes the lock if it is free; 1 when taken. */
+static inline int cupool_spin_trylock(cupool_spinlock_t *lock)
+{
+    return !atomic_exchange_explicit(lock, 1, memory_order_acquire);
+}
 #define CUPOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- driver.c: the real driver ------------------------------------------ */

@@ -1,13 +1,13 @@
 /*
  * The call log (CUPOOL_LOG): one JSON object per line per intercepted call,
  * so `jq` and the report tool read it directly.  Each thread copies its calls
- * into its own buffer; a full buffer goes to cupool's writer thread, which
- * formats the lines and writes them with write() to an O_APPEND file, in
- * whole lines, so lines never interleave and a reader sees complete lines
- * while the program runs.  Buffers are handed
- * over when full, every 100 ms, when their thread ends, and written out
- * before the process exits.  The file is opened without following a symbolic link, mode
- * 0600, and must belong to the user.
+ * into its own buffer, which goes to cupool's writer thread when full, when
+ * it has held lines for 100 ms (the writer looks every 100 ms, so a thread
+ * that went quiet is readable too), and when its thread ends; the writer
+ * formats the lines and writes them, whole, to an O_APPEND file, so lines
+ * never interleave and a reader sees complete lines while the program runs.
+ * Everything is written before the process exits.  The file is opened
+ * without following a symbolic link, mode 0600, and must belong to the user.
  */
 #include "common.h"
 
@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHUNK_BYTES (256 * 1024)
@@ -175,12 +176,45 @@ static void recycle_list(chunk_t *list)
     pthread_mutex_unlock(&queue_lock);
 }
 
+static void hand_off_locked(log_buffer_t *b, int sync);
+
+/* Hands over the lines of buffers left unflushed for FLUSH_AFTER_NS, so a
+ * thread that logged a few calls and went quiet is still readable while the
+ * program runs.  A buffer whose thread holds its lock is left for the next
+ * round. */
+static void hand_off_stale(void)
+{
+    uint64_t now = cupool_now_ns();
+    pthread_mutex_lock(&buffers_lock);
+    for (log_buffer_t *b = buffers; b; b = b->next) {
+        if (!cupool_spin_trylock(&b->lock)) continue;
+        if (b->chunk->used && now - b->last_flush_ns >= FLUSH_AFTER_NS) {
+            hand_off_locked(b, 0);
+            b->last_flush_ns = now;
+        }
+        cupool_spin_unlock(&b->lock);
+    }
+    pthread_mutex_unlock(&buffers_lock);
+}
+
 static void *writer_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&queue_lock);
     for (;;) {
-        while (!queue_head) pthread_cond_wait(&queue_cond, &queue_lock);
+        if (!queue_head) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += FLUSH_AFTER_NS % 1000000000ull;
+            until.tv_sec += (time_t)(FLUSH_AFTER_NS / 1000000000ull) + until.tv_nsec / 1000000000;
+            until.tv_nsec %= 1000000000;
+            if (pthread_cond_timedwait(&queue_cond, &queue_lock, &until) == ETIMEDOUT && !queue_head) {
+                pthread_mutex_unlock(&queue_lock);
+                hand_off_stale();
+                pthread_mutex_lock(&queue_lock);
+            }
+            continue;
+        }
         chunk_t *c = queue_head;
         queue_head = c->next;
         if (!queue_head) queue_tail = &queue_head;
@@ -196,8 +230,9 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* Started at the first full chunk, with every signal blocked: the program's
- * signals stay with the program's threads. */
+/* Started with the first buffer (and in a fork()ed child at its first hand
+ * over), with every signal blocked: the program's signals stay with the
+ * program's threads. */
 static void start_writer_locked(void)
 {
     sigset_t all, old;
@@ -295,10 +330,14 @@ static log_buffer_t *buffer(void)
     }
     b->chunk->used = 0;
     b->tid = (int)syscall(SYS_gettid);
+    b->last_flush_ns = cupool_now_ns();
     pthread_mutex_lock(&buffers_lock);
     b->next = buffers;
     buffers = b;
     pthread_mutex_unlock(&buffers_lock);
+    pthread_mutex_lock(&queue_lock);
+    if (writer_state == WRITER_NONE) start_writer_locked();
+    pthread_mutex_unlock(&queue_lock);
     pthread_setspecific(buffer_key, b);
     return my_buffer = b;
 }

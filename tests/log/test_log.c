@@ -13,6 +13,8 @@
  *   level    CUPOOL_LOG_LEVEL=error logs the failed calls only;
  *   exit     a thread calls exit() while another one is allocating: every
  *            call that returned before is in the log, in whole lines;
+ *   live     a thread logs three calls and goes quiet: its lines reach the
+ *            file while the program still runs (the child reads its own log);
  *   late     an exit handler that runs after cupool's (registered before the
  *            program's cuInit) still gets its calls into the log;
  *   volume   8 threads log far more than one buffer each, so whole buffers
@@ -45,6 +47,7 @@ static const size_t native_sizes[] = {3 << 20, 5 << 20};
 #define BAD_POINTER ((CUdeviceptr)0x1234)
 
 static CUcontext volume_ctx;
+#define PATH_BYTES 4200
 
 /* ---- the children ------------------------------------------------------- */
 
@@ -116,6 +119,39 @@ static int child_level(void)
     return 0;
 }
 
+
+/* ---- live: lines readable while the program runs ------------------------- */
+
+#define LIVE_SIZE 5151
+
+static int child_live(void)
+{
+    start_cuda();
+    for (int i = 0; i < 3; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, LIVE_SIZE));
+        CHECK_CU(cuMemFree(p));
+    }
+    /* No call from here on: only cupool's writer can bring the lines out. */
+    /* Its own log: CUPOOL_LOG with %p (at its end) replaced. */
+    const char *pattern = getenv("CUPOOL_LOG");
+    CHECK_TRUE(pattern && strstr(pattern, "%p.jsonl"));
+    char path[PATH_BYTES];
+    snprintf(path, sizeof path, "%.*s%d.jsonl", (int)(strstr(pattern, "%p.jsonl") - pattern), pattern, (int)getpid());
+    int seen = 0;
+    for (int tries = 0; tries < 50 && seen < 3; tries++) {
+        usleep(100 * 1000);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        char line[2048];
+        seen = 0;
+        while (fgets(line, sizeof line, f))
+            seen += strstr(line, "\"call\":\"cuMemAlloc_v2\"") && strstr(line, "\"size\":5151,");
+        fclose(f);
+    }
+    printf("seen %d\n", seen);
+    return 0;
+}
 
 /* ---- late: calls after cupool's own exit handler ------------------------- */
 
@@ -233,6 +269,8 @@ static int child_exit(void)
     return 1;
 }
 
+static char dir[4096];
+
 /* ---- reading a log ------------------------------------------------------ */
 
 typedef struct entry {
@@ -329,7 +367,6 @@ static void check_thread_order(const entry_t *e, int n)
 
 /* ---- the parent --------------------------------------------------------- */
 
-static char dir[4096];
 static char *self;
 static entry_t *entries;
 
@@ -404,7 +441,6 @@ static void log_path(const char *mode, pid_t pid, char *buf, size_t len)
  * (NULL for none), which must succeed; reads its log into entries, checks
  * the start line and returns the line count.  logfile (PATH_BYTES) gets the
  * log's path. */
-#define PATH_BYTES 4200
 static int run_logged(const char *mode, const char *extra, char *logfile)
 {
     char pattern[PATH_BYTES];
@@ -559,6 +595,18 @@ static void test_exit(void)
     if (logged < done) CHECK_FAIL("%s: %d allocations logged, %ld made before exit()", logfile, logged, done);
 }
 
+static void test_live(void)
+{
+    char logfile[PATH_BYTES], seen[64];
+    int n = run_logged("live", NULL, logfile);
+    read_output("live", "seen", seen, sizeof seen);
+    if (atoi(seen) != 3)
+        CHECK_FAIL("%s: the program saw %s of its 3 allocations in its log while it ran", logfile, seen);
+    int logged = 0;
+    for (int i = 0; i < n; i++) logged += strcmp(entries[i].call, "cuMemAlloc_v2") == 0 && entries[i].size == LIVE_SIZE;
+    CHECK_EQ(logged, 3);
+}
+
 static void test_late(void)
 {
     char logfile[PATH_BYTES];
@@ -622,6 +670,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "exit") == 0) return child_exit();
         if (strcmp(argv[1], "volume") == 0) return child_volume();
         if (strcmp(argv[1], "late") == 0) return child_late();
+        if (strcmp(argv[1], "live") == 0) return child_live();
         CHECK_FAIL("unknown mode %s", argv[1]);
     }
     if (!check_cupool_loaded()) {
@@ -642,6 +691,7 @@ int main(int argc, char **argv)
     test_symlink();
     test_level();
     test_exit();
+    test_live();
     test_late();
     test_volume();
 
