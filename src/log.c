@@ -6,7 +6,9 @@
  * that went quiet is readable too), and when its thread ends; the writer
  * formats the lines and writes them, whole, to an O_APPEND file, so lines
  * never interleave and a reader sees complete lines while the program runs.
- * Everything is written before the process exits.  The file is opened
+ * Everything is written before the process exits, and calls made after that
+ * (later exit handlers) are written as they come, each thread's in order.
+ * The file is opened
  * without following a symbolic link, mode 0600, and must belong to the user.
  */
 #include "common.h"
@@ -178,6 +180,13 @@ static void recycle_list(chunk_t *list)
 
 static void hand_off_locked(log_buffer_t *b, int sync);
 
+/* Signed: another thread may have stamped last_flush_ns after `now` was
+ * read. */
+static int flush_due(const log_buffer_t *b, uint64_t now)
+{
+    return (int64_t)(now - b->last_flush_ns) >= (int64_t)FLUSH_AFTER_NS;
+}
+
 /* Hands over the lines of buffers left unflushed for FLUSH_AFTER_NS, so a
  * thread that logged a few calls and went quiet is still readable while the
  * program runs.  A buffer whose thread holds its lock is left for the next
@@ -188,7 +197,7 @@ static void hand_off_stale(void)
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) {
         if (!cupool_spin_trylock(&b->lock)) continue;
-        if (b->chunk->used && now - b->last_flush_ns >= FLUSH_AFTER_NS) {
+        if (b->chunk->used && flush_due(b, now)) {
             hand_off_locked(b, 0);
             b->last_flush_ns = now;
         }
@@ -197,22 +206,53 @@ static void hand_off_stale(void)
     pthread_mutex_unlock(&buffers_lock);
 }
 
+/* CLOCK_MONOTONIC: a change of the wall clock neither stalls nor hurries
+ * the writer's rounds. */
+static void init_queue_cond(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&queue_cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static struct timespec flush_deadline(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += FLUSH_AFTER_NS % 1000000000ull;
+    t.tv_sec += (time_t)(FLUSH_AFTER_NS / 1000000000ull) + t.tv_nsec / 1000000000;
+    t.tv_nsec %= 1000000000;
+    return t;
+}
+
+static int passed(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
 static void *writer_main(void *arg)
 {
     (void)arg;
+    /* Nobody should cancel cupool's thread; if someone does, it must not
+     * go holding write_lock. */
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    /* A round of hand_off_stale is due at a fixed time, however often
+     * hand-offs wake the writer before it. */
+    struct timespec stale_round = flush_deadline();
     pthread_mutex_lock(&queue_lock);
     for (;;) {
+        if (passed(&stale_round)) {
+            pthread_mutex_unlock(&queue_lock);
+            hand_off_stale();
+            stale_round = flush_deadline();
+            pthread_mutex_lock(&queue_lock);
+        }
         if (!queue_head) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += FLUSH_AFTER_NS % 1000000000ull;
-            until.tv_sec += (time_t)(FLUSH_AFTER_NS / 1000000000ull) + until.tv_nsec / 1000000000;
-            until.tv_nsec %= 1000000000;
-            if (pthread_cond_timedwait(&queue_cond, &queue_lock, &until) == ETIMEDOUT && !queue_head) {
-                pthread_mutex_unlock(&queue_lock);
-                hand_off_stale();
-                pthread_mutex_lock(&queue_lock);
-            }
+            pthread_cond_timedwait(&queue_cond, &queue_lock, &stale_round);
             continue;
         }
         chunk_t *c = queue_head;
@@ -241,35 +281,56 @@ static void start_writer_locked(void)
     pthread_attr_t attr;
     pthread_t thread;
     int ok = pthread_attr_init(&attr) == 0;
+    /* The default stack size: a program's static TLS lives on every
+     * thread's stack, and a small fixed one may not hold it. */
     ok = ok && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-         pthread_attr_setstacksize(&attr, 64 * 1024) == 0 && pthread_create(&thread, &attr, writer_main, NULL) == 0;
+         pthread_create(&thread, &attr, writer_main, NULL) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (ok) pthread_setname_np(thread, "cupool-log");
     writer_state = ok ? WRITER_RUNNING : WRITER_FAILED;
 }
 
-/* Writes, here and in order, everything queued and then own (may be NULL).
- * Called with queue_lock held; releases it. */
-static void write_queue_then_unlock(const chunk_t *own)
+/* Writes, here and in order, everything queued, then own and then line
+ * (either may be NULL).  Called with queue_lock held; releases it.
+ * write() is a cancellation point: a program that cancels a thread while
+ * it writes here must not leave write_lock held, or every other thread
+ * would hang on it.  The cancel, if any, comes at the thread's next
+ * cancellation point. */
+static void write_queue_then_unlock(const chunk_t *own, const char *line, size_t len)
 {
+    int cancel_state;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
     chunk_t *older = take_queue_locked();
     pthread_mutex_lock(&write_lock);
     pthread_mutex_unlock(&queue_lock);
     write_chunks(older);
     if (own) write_entries(own);
+    if (line) write_all(line, len);
     pthread_mutex_unlock(&write_lock);
     recycle_list(older);
+    pthread_setcancelstate(cancel_state, NULL);
+}
+
+/* A line with no buffer to go into (out of memory, its thread ending, or
+ * no thread buffer once the process exits): written here, after everything
+ * queued before it, so its thread's lines stay in order. */
+static void write_line_now(const char *line, size_t len)
+{
+    pthread_mutex_lock(&queue_lock);
+    write_queue_then_unlock(NULL, line, len);
 }
 
 /* Hands the buffer's lines to the writer (the buffer's lock held) and gives
  * the buffer an empty chunk.  With no writer, one too far behind, no memory
- * for a new chunk, or sync set, the lines are written here instead, after
+ * for a new chunk, sync set, or the process past its exit flush (the writer
+ * may never run again), the lines are written here instead, after
  * everything queued before them, and the buffer keeps its chunk. */
 static void hand_off_locked(log_buffer_t *b, int sync)
 {
     chunk_t *full = b->chunk;
     if (!full->used) return;
+    if (atomic_load(&log_exited)) sync = 1;
     pthread_mutex_lock(&queue_lock);
     if (!sync) {
         if (writer_state == WRITER_NONE) start_writer_locked();
@@ -293,7 +354,7 @@ static void hand_off_locked(log_buffer_t *b, int sync)
         }
         if (fresh) recycle_locked(fresh);
     }
-    write_queue_then_unlock(full);
+    write_queue_then_unlock(full, NULL, 0);
     full->used = 0;
 }
 
@@ -304,14 +365,19 @@ static void thread_done(void *arg)
      * after this one: such late lines are written unbuffered. */
     my_buffer = NULL;
     my_buffer_gone = 1;
+    /* Handed off before buffers_lock is let go: the exit flush, which walks
+     * the buffers and then writes the queue, sees these lines in one place
+     * or the other (after it, hand_off_locked writes them itself). */
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t **p = &buffers; *p; p = &(*p)->next)
         if (*p == b) {
             *p = b->next;
             break;
         }
-    pthread_mutex_unlock(&buffers_lock);
+    cupool_spin_lock(&b->lock);
     hand_off_locked(b, 0);
+    cupool_spin_unlock(&b->lock);
+    pthread_mutex_unlock(&buffers_lock);
     pthread_mutex_lock(&queue_lock);
     if (b->chunk) recycle_locked(b->chunk);
     pthread_mutex_unlock(&queue_lock);
@@ -340,6 +406,27 @@ static log_buffer_t *buffer(void)
     pthread_mutex_unlock(&queue_lock);
     pthread_setspecific(buffer_key, b);
     return my_buffer = b;
+}
+
+/* The calling thread's buffer, or NULL when it has none: once the process
+ * has flushed the log at exit, threads keep the buffers they have (each
+ * line is written at once, see add_done) but get no new one. */
+static log_buffer_t *buffer_for_call(void)
+{
+    if (atomic_load_explicit(&log_exited, memory_order_relaxed)) return my_buffer;
+    return buffer();
+}
+
+/* After an entry was added (the buffer's lock held): hands the buffer over
+ * when it has held lines long enough, and at once after the exit flush.
+ * log_exited is read under the lock the exit flush takes too, so an entry
+ * added after the flush passed this buffer is seen here. */
+static void add_done(log_buffer_t *b, uint64_t now)
+{
+    if (atomic_load(&log_exited) || flush_due(b, now)) {
+        hand_off_locked(b, 0);
+        b->last_flush_ns = now;
+    }
 }
 
 static void expand_path(const char *pattern, char *out, size_t len)
@@ -409,7 +496,7 @@ static void fork_child(void)
         parents = next;
     }
     writer_state = WRITER_NONE;
-    pthread_cond_init(&queue_cond, NULL);
+    init_queue_cond();
     pthread_mutex_unlock(&write_lock);
     pthread_mutex_unlock(&queue_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) {
@@ -438,7 +525,7 @@ static void write_start_line(void)
                      (unsigned long long)cupool_now_ns(), (int)getpid(), PACKAGE_VERSION,
                      cupool_option_string(CUPOOL_OPT_POLICY), cupool_option_string(CUPOOL_OPT_FREE),
                      cupool_option_string(CUPOOL_OPT_MEMSET));
-    write_all(line, (size_t)n);
+    if (n > 0) write_all(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
 void cupool_log_open(void)
@@ -452,6 +539,7 @@ void cupool_log_open(void)
         expand_path(pattern, path, sizeof path);
         if ((log_fd = open_log(path)) < 0) return;
     }
+    init_queue_cond();
     pthread_key_create(&buffer_key, thread_done);
     cupool_log_level = (int)cupool_option(CUPOOL_OPT_LOG_LEVEL);
     snprintf(log_pattern, sizeof log_pattern, "%s", pattern);
@@ -465,20 +553,15 @@ static void append(const char *line, size_t len, uint64_t now)
         start_line_due = 0;
         write_start_line();
     }
-    log_buffer_t *b = atomic_load_explicit(&log_exited, memory_order_relaxed) ? NULL : buffer();
+    log_buffer_t *b = buffer_for_call();
     if (!b) {
-        /* No buffer (out of memory, or the thread is ending): the line goes
-         * out on its own, still whole. */
-        write_all(line, len);
+        write_line_now(line, len);
         return;
     }
     cupool_spin_lock(&b->lock);
     if (b->chunk->used + ENTRY_BYTES(len) > CHUNK_BYTES) hand_off_locked(b, 0);
     memcpy(put_entry(b->chunk, ENTRY_TEXT, len), line, len);
-    if (now - b->last_flush_ns > FLUSH_AFTER_NS) {
-        hand_off_locked(b, 0);
-        b->last_flush_ns = now;
-    }
+    add_done(b, now);
     cupool_spin_unlock(&b->lock);
 }
 
@@ -602,13 +685,11 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
         start_line_due = 0;
         write_start_line();
     }
-    log_buffer_t *b = atomic_load_explicit(&log_exited, memory_order_relaxed) ? NULL : buffer();
+    log_buffer_t *b = buffer_for_call();
     if (CUPOOL_UNLIKELY(!b)) {
-        /* No buffer (out of memory, the thread or the process is ending):
-         * the line goes out on its own, still whole. */
         char text[LINE_MAX_BYTES];
         size_t len = format_call(text, c, result, end_ns, (int)syscall(SYS_gettid));
-        write_all(text, len);
+        write_line_now(text, len);
         return;
     }
     /* Copied as it is; formatted when written (write_entries). */
@@ -619,10 +700,7 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
     e->end_ns = end_ns;
     e->result = result;
     e->tid = b->tid;
-    if (end_ns - b->last_flush_ns > FLUSH_AFTER_NS) {
-        hand_off_locked(b, 0);
-        b->last_flush_ns = end_ns;
-    }
+    add_done(b, end_ns);
     cupool_spin_unlock(&b->lock);
 }
 
@@ -633,7 +711,8 @@ void cupool_log_message(int level, const char *text)
     char line[LINE_MAX_BYTES];
     size_t o = (size_t)snprintf(line, sizeof line, "{\"t\":%llu,\"call\":\"cupool.message\",\"level\":\"%s\",\"text\":\"",
                                 (unsigned long long)cupool_now_ns(), level == CUPOOL_MSG_ERROR ? "error" : "warning");
-    for (const char *p = text; *p && o + 8 < sizeof line; p++) {
+    /* Room kept for the longest escape (6) and the closing "}\n plus NUL. */
+    for (const char *p = text; *p && o + 6 + 4 <= sizeof line; p++) {
         unsigned char ch = (unsigned char)*p;
         if (ch == '"' || ch == '\\') line[o++] = '\\', line[o++] = (char)ch;
         else if (ch < 0x20) o += (size_t)snprintf(line + o, sizeof line - o, "\\u%04x", ch);
@@ -657,5 +736,5 @@ void cupool_log_flush(void)
     }
     pthread_mutex_unlock(&buffers_lock);
     pthread_mutex_lock(&queue_lock);
-    write_queue_then_unlock(NULL);
+    write_queue_then_unlock(NULL, NULL, 0);
 }

@@ -17,6 +17,13 @@
  *            file while the program still runs (the child reads its own log);
  *   late     an exit handler that runs after cupool's (registered before the
  *            program's cuInit) still gets its calls into the log;
+ *   ending   threads end after a call each thread-exit destructor of the
+ *            program's makes (after cupool's own): each thread's lines are
+ *            all there, in the order of its calls;
+ *   cancel   a thread is cancelled while the log is backed up (a pipe no
+ *            one reads yet): the program's other calls and its exit still
+ *            get through (cancelled inside write(), the thread used to take
+ *            cupool's write lock with it and hang the process);
  *   volume   8 threads log far more than one buffer each, so whole buffers
  *            go through cupool's writer thread: every call is there once, in
  *            its thread's order; then a child made by fork() alone (no exec)
@@ -31,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -225,6 +233,106 @@ static int child_volume(void)
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     printf("child %d\n", (int)pid);
+    return 0;
+}
+
+/* ---- ending: calls from a thread's exit destructors --------------------- */
+
+#define ENDING_THREADS 8
+#define ENDING_CALLS 300
+#define ENDING_LATE 3
+static pthread_key_t ending_key;
+
+/* Runs after cupool's thread-exit handler (its key is older: made at
+ * cuInit), so the thread's buffer is gone by then. */
+static void ending_destructor(void *arg)
+{
+    int k = (int)(intptr_t)arg - 1;
+    for (int i = 0; i < ENDING_LATE; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, volume_size(k, ENDING_CALLS + i)));
+        CHECK_CU(cuMemFree(p));
+    }
+}
+
+static void *ending_thread(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    CHECK_CU(cuCtxSetCurrent(volume_ctx));
+    for (int i = 0; i < ENDING_CALLS; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, volume_size(k, i)));
+        CHECK_CU(cuMemFree(p));
+    }
+    pthread_setspecific(ending_key, (void *)(intptr_t)(k + 1));
+    return NULL;
+}
+
+static int child_ending(void)
+{
+    volume_ctx = start_cuda();
+    CHECK_EQ(pthread_key_create(&ending_key, ending_destructor), 0);
+    pthread_t t[ENDING_THREADS];
+    for (int k = 0; k < ENDING_THREADS; k++)
+        CHECK_EQ(pthread_create(&t[k], NULL, ending_thread, (void *)(intptr_t)k), 0);
+    for (int k = 0; k < ENDING_THREADS; k++) CHECK_EQ(pthread_join(t[k], NULL), 0);
+    return 0;
+}
+
+/* ---- cancel: a thread cancelled while the log is backed up --------------- */
+
+#define CANCEL_SIZE 3333
+static atomic_ulong cancel_calls;
+
+static void *cancelled_thread(void *arg)
+{
+    CHECK_CU(cuCtxSetCurrent(arg));
+    for (;;) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, CANCEL_SIZE));
+        CHECK_CU(cuMemFree(p));
+        atomic_fetch_add(&cancel_calls, 1);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+static void *drain_thread(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[65536];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+    return NULL;
+}
+
+/* CUPOOL_LOG=-, and standard error a pipe read by no one until the thread
+ * is cancelled. */
+static int child_cancel(void)
+{
+    alarm(30); /* a hang ends the child, and fails the test */
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    CHECK_EQ(dup2(fds[1], STDERR_FILENO), STDERR_FILENO);
+    CUcontext ctx = start_cuda();
+    pthread_t t, d;
+    CHECK_EQ(pthread_create(&t, NULL, cancelled_thread, ctx), 0);
+    /* Until the pipe, and then cupool's writer queue, fill and the thread
+     * stops. */
+    unsigned long before;
+    do {
+        before = atomic_load(&cancel_calls);
+        usleep(200 * 1000);
+    } while (atomic_load(&cancel_calls) != before);
+    CHECK_EQ(pthread_cancel(t), 0);
+    CHECK_EQ(pthread_create(&d, NULL, drain_thread, (void *)(intptr_t)fds[0]), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    for (int i = 0; i < 1000; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, CANCEL_SIZE));
+        CHECK_CU(cuMemFree(p));
+    }
+    printf("calls %lu\n", atomic_load(&cancel_calls));
     return 0;
 }
 
@@ -616,24 +724,52 @@ static void test_late(void)
     CHECK_EQ(late, 1);
 }
 
-static void test_volume(void)
+/* The log of `threads` threads, thread k's i-th allocation of
+ * volume_size(k, i) bytes, holds each once, in the order made, and
+ * `per_thread` of each. */
+static void check_sizes_in_order(const char *logfile, int n, int threads, int per_thread)
 {
-    char logfile[PATH_BYTES], child[64];
-    int n = run_logged("volume", NULL, logfile);
-    CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), VOLUME_THREADS * VOLUME_PAIRS);
-    CHECK_EQ(count_calls(entries, n, "cuMemFree_v2"), VOLUME_THREADS * VOLUME_PAIRS);
-    /* Each thread's allocations appear once each, in the order made. */
+    CHECK_EQ(count_calls(entries, n, "cuMemAlloc_v2"), threads * per_thread);
+    CHECK_EQ(count_calls(entries, n, "cuMemFree_v2"), threads * per_thread);
     int next[VOLUME_THREADS] = {0};
+    CHECK_TRUE(threads <= VOLUME_THREADS);
     for (int i = 0; i < n; i++) {
         const entry_t *e = &entries[i];
         if (strcmp(e->call, "cuMemAlloc_v2") != 0) continue;
         int k = (int)(e->size / 100000) - 1;
-        CHECK_TRUE(k >= 0 && k < VOLUME_THREADS);
+        CHECK_TRUE(k >= 0 && k < threads);
         if (e->size != volume_size(k, next[k]))
             CHECK_FAIL("%s: thread %d: allocation of %llu bytes where call %d (%zu bytes) was due", logfile, k,
                        (unsigned long long)e->size, next[k], volume_size(k, next[k]));
         next[k]++;
     }
+}
+
+static void test_ending(void)
+{
+    char logfile[PATH_BYTES];
+    int n = run_logged("ending", NULL, logfile);
+    check_sizes_in_order(logfile, n, ENDING_THREADS, ENDING_CALLS + ENDING_LATE);
+}
+
+static void test_cancel(void)
+{
+    const char *env[] = {"CUPOOL_LOG=-", NULL};
+    int status;
+    spawn("cancel", env, &status);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+        CHECK_FAIL("a program whose thread was cancelled while cupool wrote its log hung");
+    expect_success("cancel", status);
+    char calls[64];
+    read_output("cancel", "calls", calls, sizeof calls);
+    CHECK_TRUE(atol(calls) > 0);
+}
+
+static void test_volume(void)
+{
+    char logfile[PATH_BYTES], child[64];
+    int n = run_logged("volume", NULL, logfile);
+    check_sizes_in_order(logfile, n, VOLUME_THREADS, VOLUME_PAIRS);
     /* The forked child: its own file, its calls only. */
     read_output("volume", "child", child, sizeof child);
     log_path("volume", (pid_t)atoi(child), logfile, sizeof logfile);
@@ -671,6 +807,8 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "volume") == 0) return child_volume();
         if (strcmp(argv[1], "late") == 0) return child_late();
         if (strcmp(argv[1], "live") == 0) return child_live();
+        if (strcmp(argv[1], "ending") == 0) return child_ending();
+        if (strcmp(argv[1], "cancel") == 0) return child_cancel();
         CHECK_FAIL("unknown mode %s", argv[1]);
     }
     if (!check_cupool_loaded()) {
@@ -693,6 +831,8 @@ int main(int argc, char **argv)
     test_exit();
     test_live();
     test_late();
+    test_ending();
+    test_cancel();
     test_volume();
 
     if (!getenv("CUPOOL_TEST_KEEP")) remove_dir();
