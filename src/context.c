@@ -603,24 +603,26 @@ CUPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 
 /* ---- streams ------------------------------------------------------------- */
 
-/* Orders a new stream after the allocations cupool made so far, explicitly.
- * compute-sanitizer's stream-ordered checker does not order a stream created
- * after an allocation behind it, even once the host has synchronized: it
- * reports the stream's first use of the block as use-before-alloc, for plain
- * cuMemAllocAsync programs too (measured: alloc + cuStreamSynchronize, then
- * cuStreamCreate and a memset on the new stream).  A wait on an event
- * recorded on the streams cupool allocates on gives the checker that order;
- * on the GPU it costs nothing, the allocations being complete or about to
- * be.  cupool's stream holds nothing but cupool's allocations; the legacy
- * stream is waited on only by a blocking stream, which follows it anyway. */
-static void order_after_allocations(cupool_context_t *c, CUstream stream, unsigned flags)
+/* Orders a new stream after the allocations cupool made on its private
+ * stream, explicitly.  compute-sanitizer's stream-ordered checker does not
+ * order a stream created after an allocation behind it, even once the host
+ * has synchronized: it reports the stream's first use of the block as
+ * use-before-alloc, for plain cuMemAllocAsync programs too (measured: alloc +
+ * cuStreamSynchronize, then cuStreamCreate and a memset on the new stream).
+ * A wait on an event recorded on cupool's stream gives the checker that
+ * order; on the GPU the wait is one more dependency of the new stream's
+ * first work, on allocations complete or about to be.  cupool's stream is
+ * non-blocking and holds nothing but cupool's allocations, so the wait adds
+ * no dependency on the program's own work.  The legacy stream (where
+ * `ordered` allocates) is not waited on: recording on it while another
+ * thread captures a blocking stream would invalidate that capture, and a
+ * blocking stream follows the legacy stream on the GPU anyway. */
+static void order_after_allocations(cupool_context_t *c, CUstream stream)
 {
     if (!c->private_stream || atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return;
     CUevent done;
     if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
     if (real_cuEventRecord(done, c->private_stream) == CUDA_SUCCESS) real_cuStreamWaitEvent(stream, done, 0);
-    if (!(flags & CU_STREAM_NON_BLOCKING) && real_cuEventRecord(done, CU_STREAM_LEGACY) == CUDA_SUCCESS)
-        real_cuStreamWaitEvent(stream, done, 0);
     real_cuEventDestroy_v2(done);
 }
 
@@ -629,7 +631,7 @@ void cupool_track_stream(CUstream stream, unsigned flags)
     if (!cupool_active()) return;
     cupool_context_t *c = cupool_current_context();
     if (!c) return;
-    order_after_allocations(c, stream, flags);
+    order_after_allocations(c, stream);
     if (!(flags & CU_STREAM_NON_BLOCKING)) return;
     pthread_mutex_lock(&c->lock);
     if (c->nstreams == c->streams_cap) {
