@@ -6,8 +6,8 @@
  * that went quiet is readable too), and when its thread ends; the writer
  * formats the lines and writes them, whole, to an O_APPEND file, so lines
  * never interleave and a reader sees complete lines while the program runs.
- * Everything is written before the process exits, and calls made after that
- * (later exit handlers) are written as they come, each thread's in order.
+ * Everything is written before the process exits, and calls the exiting
+ * thread makes after that (later exit handlers) are written as they come.
  * The file is opened
  * without following a symbolic link, mode 0600, and must belong to the user.
  */
@@ -55,9 +55,21 @@ static log_buffer_t *buffers;
 static pthread_key_t buffer_key;
 static CUPOOL_THREAD_LOCAL log_buffer_t *my_buffer;
 static CUPOOL_THREAD_LOCAL int my_buffer_gone;
-/* Set by the flush at exit: calls made after it (other exit handlers,
- * library destructors) are written at once, unbuffered. */
+/* Set by the flush at exit.  The exiting thread's later calls (other exit
+ * handlers, library destructors) are written at once.  Other threads' later
+ * calls are not written: exit kills those threads wherever they are, in the
+ * middle of a write() too, which would leave a torn last line that no JSON
+ * reader accepts.  Every call that returned before exit() is in the file. */
 static atomic_int log_exited;
+static CUPOOL_THREAD_LOCAL int flushed_at_exit;
+
+/* Whether this thread may still write, checked under queue_lock: the exit
+ * flush takes it last, so a thread that takes it after the flush sees
+ * log_exited. */
+static int may_write_locked(void)
+{
+    return !atomic_load(&log_exited) || flushed_at_exit;
+}
 
 /*
  * The writer: formatting a line and write() into the page cache were most of
@@ -251,7 +263,7 @@ static void *writer_main(void *arg)
             stale_round = flush_deadline();
             pthread_mutex_lock(&queue_lock);
         }
-        if (!queue_head) {
+        if (!queue_head || atomic_load(&log_exited)) {
             pthread_cond_timedwait(&queue_cond, &queue_lock, &stale_round);
             continue;
         }
@@ -318,20 +330,29 @@ static void write_queue_then_unlock(const chunk_t *own, const char *line, size_t
 static void write_line_now(const char *line, size_t len)
 {
     pthread_mutex_lock(&queue_lock);
-    write_queue_then_unlock(NULL, line, len);
+    if (may_write_locked()) write_queue_then_unlock(NULL, line, len);
+    else pthread_mutex_unlock(&queue_lock);
 }
 
 /* Hands the buffer's lines to the writer (the buffer's lock held) and gives
  * the buffer an empty chunk.  With no writer, one too far behind, no memory
  * for a new chunk, sync set, or the process past its exit flush (the writer
- * may never run again), the lines are written here instead, after
- * everything queued before them, and the buffer keeps its chunk. */
+ * writes no more), the lines are written here instead, after everything
+ * queued before them, and the buffer keeps its chunk; or, past the exit
+ * flush in a thread that may not write, they stay where they are. */
 static void hand_off_locked(log_buffer_t *b, int sync)
 {
     chunk_t *full = b->chunk;
     if (!full->used) return;
-    if (atomic_load(&log_exited)) sync = 1;
     pthread_mutex_lock(&queue_lock);
+    if (atomic_load(&log_exited)) {
+        /* The lines stay in the buffer of a thread that may not write. */
+        if (!may_write_locked()) {
+            pthread_mutex_unlock(&queue_lock);
+            return;
+        }
+        sync = 1;
+    }
     if (!sync) {
         if (writer_state == WRITER_NONE) start_writer_locked();
         chunk_t *fresh = spare;
@@ -415,6 +436,15 @@ static log_buffer_t *buffer_for_call(void)
 {
     if (atomic_load_explicit(&log_exited, memory_order_relaxed)) return my_buffer;
     return buffer();
+}
+
+/* Whether the buffer (its lock held) has room for an entry of len bytes,
+ * after handing its lines over if need be.  No room only past the exit
+ * flush, in a thread whose lines are no longer written. */
+static int room_for(log_buffer_t *b, size_t len)
+{
+    if (CUPOOL_UNLIKELY(b->chunk->used + ENTRY_BYTES(len) > CHUNK_BYTES)) hand_off_locked(b, 0);
+    return b->chunk->used + ENTRY_BYTES(len) <= CHUNK_BYTES;
 }
 
 /* After an entry was added (the buffer's lock held): hands the buffer over
@@ -559,7 +589,10 @@ static void append(const char *line, size_t len, uint64_t now)
         return;
     }
     cupool_spin_lock(&b->lock);
-    if (b->chunk->used + ENTRY_BYTES(len) > CHUNK_BYTES) hand_off_locked(b, 0);
+    if (!room_for(b, len)) {
+        cupool_spin_unlock(&b->lock);
+        return;
+    }
     memcpy(put_entry(b->chunk, ENTRY_TEXT, len), line, len);
     add_done(b, now);
     cupool_spin_unlock(&b->lock);
@@ -694,7 +727,10 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns)
     }
     /* Copied as it is; formatted when written (write_entries). */
     cupool_spin_lock(&b->lock);
-    if (b->chunk->used + ENTRY_BYTES(sizeof(call_entry_t)) > CHUNK_BYTES) hand_off_locked(b, 0);
+    if (CUPOOL_UNLIKELY(!room_for(b, sizeof(call_entry_t)))) {
+        cupool_spin_unlock(&b->lock);
+        return;
+    }
     call_entry_t *e = put_entry(b->chunk, ENTRY_CALL, sizeof *e);
     e->call = *c;
     e->end_ns = end_ns;
@@ -727,6 +763,7 @@ void cupool_log_message(int level, const char *text)
 void cupool_log_flush(void)
 {
     if (log_fd < 0) return;
+    flushed_at_exit = 1;
     atomic_store(&log_exited, 1);
     pthread_mutex_lock(&buffers_lock);
     for (log_buffer_t *b = buffers; b; b = b->next) {

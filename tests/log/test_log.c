@@ -248,10 +248,14 @@ static pthread_key_t ending_key;
 static void ending_destructor(void *arg)
 {
     int k = (int)(intptr_t)arg - 1;
+    /* A real driver may have let go of the thread's context, or refuse the
+     * calls this late (natively too): their results do not matter, their
+     * lines do, and a failed call is logged as well. */
+    cuCtxSetCurrent(volume_ctx);
     for (int i = 0; i < ENDING_LATE; i++) {
-        CUdeviceptr p;
-        CHECK_CU(cuMemAlloc(&p, volume_size(k, ENDING_CALLS + i)));
-        CHECK_CU(cuMemFree(p));
+        CUdeviceptr p = 0;
+        if (cuMemAlloc(&p, volume_size(k, ENDING_CALLS + i)) != CUDA_SUCCESS) p = 0;
+        cuMemFree(p);
     }
 }
 
