@@ -56,7 +56,7 @@ static int pool_entry_points(void)
 {
     return real_cuMemPoolCreate && real_cuMemAllocFromPoolAsync && real_cuMemFreeAsync && real_cuMemPoolTrimTo &&
            real_cuMemPoolGetAttribute && real_cuMemPoolSetAttribute && real_cuDeviceGetDefaultMemPool &&
-           real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuStreamSynchronize &&
+           real_cuEventCreate && real_cuEventRecord && real_cuEventQuery && real_cuStreamSynchronize && real_cuStreamQuery &&
            real_cuStreamWaitEvent;
 }
 

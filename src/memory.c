@@ -18,11 +18,19 @@ static CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdevice
     *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0)
         return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
-    /* Private stream + host wait: the block is ready for every stream. */
+    /* Private stream, complete before this returns: the block is ready
+     * for every stream. */
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     CUresult r = real_cuMemAllocFromPoolAsync(dptr, size, pool, c->private_stream);
     if (r == CUDA_SUCCESS) {
-        CUresult s = real_cuStreamSynchronize(c->private_stream);
+        /* The stream holds nothing the GPU must run (frees of blocks whose
+         * users are done, waits on completed events), so the allocation is
+         * nearly always complete at once: a query says so for less than a
+         * synchronize costs (PyTorch on a non-blocking stream, H200: a step
+         * 17.7/20.7 ms -> 16.6/17.8 ms in two rounds).  Both promise the
+         * same: every operation of the stream has completed. */
+        CUresult s = real_cuStreamQuery(c->private_stream);
+        if (s == CUDA_ERROR_NOT_READY) s = real_cuStreamSynchronize(c->private_stream);
         if (s != CUDA_SUCCESS) {
             real_cuMemFreeAsync(*dptr, c->private_stream);
             r = s;

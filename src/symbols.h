@@ -77,6 +77,7 @@
     X(cuCtxPopCurrent_v2)          \
     X(cuCtxSynchronize)            \
     X(cuStreamSynchronize)         \
+    X(cuStreamQuery)               \
     X(cuStreamWaitEvent)           \
     X(cuStreamGetFlags)            \
     X(cuStreamIsCapturing)         \
