@@ -5,7 +5,8 @@
  * the exact pool calls each cupool free mode makes, without cupool, so that
  * cupool's own overhead is the difference between the two:
  *   bare-ordered   cuMemAllocFromPoolAsync + cuMemFreeAsync on CU_STREAM_LEGACY
- *   bare-sync      alloc on a private non-blocking stream + cuStreamSynchronize;
+ *   bare-sync      alloc on a private non-blocking stream, then cuStreamQuery
+ *                  of it (cuStreamSynchronize only if not yet complete);
  *                  free = cuCtxSynchronize + cuMemFreeAsync on CU_STREAM_LEGACY
  *   bare-deferred  alloc as sync (after returning completed blocks: the
  *                  private stream waits for the block's event, then
@@ -197,6 +198,13 @@ static CUresult deferred_free(CUdeviceptr p)
 
 /* ---- one pair in each mode --------------------------------------------------- */
 
+/* The private stream complete, as cupool makes sure of it (memory.c). */
+static CUresult private_stream_done(void)
+{
+    CUresult r = cuStreamQuery(private_stream);
+    return r == CUDA_ERROR_NOT_READY ? cuStreamSynchronize(private_stream) : r;
+}
+
 static CUresult pair(size_t size)
 {
     CUdeviceptr p = 0;
@@ -210,7 +218,7 @@ static CUresult pair(size_t size)
         return cuMemFreeAsync(p, CU_STREAM_LEGACY);
     case MODE_SYNC:
         if ((r = cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
-        if ((r = cuStreamSynchronize(private_stream)) != CUDA_SUCCESS) return r;
+        if ((r = private_stream_done()) != CUDA_SUCCESS) return r;
         if ((r = cuCtxSynchronize()) != CUDA_SUCCESS) return r;
         return cuMemFreeAsync(p, CU_STREAM_LEGACY);
     default: /* MODE_DEFERRED */
@@ -221,7 +229,7 @@ static CUresult pair(size_t size)
             if (r != CUDA_SUCCESS) return r;
         }
         if ((r = cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
-        if ((r = cuStreamSynchronize(private_stream)) != CUDA_SUCCESS) return r;
+        if ((r = private_stream_done()) != CUDA_SUCCESS) return r;
         return deferred_free(p);
     }
 }
