@@ -196,15 +196,20 @@ static size_t volume_size(int k, int i)
     return (size_t)(k + 1) * 100000 + (size_t)i;
 }
 
-static void *volume_thread(void *arg)
+/* Thread k's first n allocation + free pairs, on volume_ctx. */
+static void numbered_pairs(int k, int n)
 {
-    int k = (int)(intptr_t)arg;
     CHECK_CU(cuCtxSetCurrent(volume_ctx));
-    for (int i = 0; i < VOLUME_PAIRS; i++) {
+    for (int i = 0; i < n; i++) {
         CUdeviceptr p;
         CHECK_CU(cuMemAlloc(&p, volume_size(k, i)));
         CHECK_CU(cuMemFree(p));
     }
+}
+
+static void *volume_thread(void *arg)
+{
+    numbered_pairs((int)(intptr_t)arg, VOLUME_PAIRS);
     return NULL;
 }
 
@@ -262,12 +267,7 @@ static void ending_destructor(void *arg)
 static void *ending_thread(void *arg)
 {
     int k = (int)(intptr_t)arg;
-    CHECK_CU(cuCtxSetCurrent(volume_ctx));
-    for (int i = 0; i < ENDING_CALLS; i++) {
-        CUdeviceptr p;
-        CHECK_CU(cuMemAlloc(&p, volume_size(k, i)));
-        CHECK_CU(cuMemFree(p));
-    }
+    numbered_pairs(k, ENDING_CALLS);
     pthread_setspecific(ending_key, (void *)(intptr_t)(k + 1));
     return NULL;
 }
