@@ -8,8 +8,8 @@
  * never interleave and a reader sees complete lines while the program runs.
  * Everything is written before the process exits, and calls the exiting
  * thread makes after that (later exit handlers) are written as they come.
- * The file is opened
- * without following a symbolic link, mode 0600, and must belong to the user.
+ * The file is opened without following a symbolic link, mode 0600, and
+ * must belong to the user.
  */
 #include "common.h"
 
@@ -347,7 +347,7 @@ static void hand_off_locked(log_buffer_t *b, int sync)
     pthread_mutex_lock(&queue_lock);
     if (atomic_load(&log_exited)) {
         /* The lines stay in the buffer of a thread that may not write. */
-        if (!may_write_locked()) {
+        if (!flushed_at_exit) {
             pthread_mutex_unlock(&queue_lock);
             return;
         }

@@ -17,9 +17,9 @@
  *            file while the program still runs (the child reads its own log);
  *   late     an exit handler that runs after cupool's (registered before the
  *            program's cuInit) still gets its calls into the log;
- *   ending   threads end after a call each thread-exit destructor of the
- *            program's makes (after cupool's own): each thread's lines are
- *            all there, in the order of its calls;
+ *   ending   each thread's last calls come from a thread-exit destructor
+ *            of the program's, which runs after cupool's own: each
+ *            thread's lines are all there, in the order of its calls;
  *   cancel   a thread is cancelled while the log is backed up (a pipe no
  *            one reads yet): the program's other calls and its exit still
  *            get through (cancelled inside write(), the thread used to take
