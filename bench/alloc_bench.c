@@ -18,6 +18,16 @@
  * wall time / pairs per thread (so with T threads it is what one thread sees).
  * Each configuration is warmed up, sized to a target time, timed -r times and
  * reported as the median (and min/max) per pair, one CSV row each.
+ *
+ * -p BARE-MODE (with -m api, under cupool) pairs the two in one process: the
+ * timed rounds alternate between cuMemAlloc/cuMemFree and the bare calls,
+ * and a second row (label LABEL:BARE-MODE) holds the bare figures.  Where a
+ * process's code and data land moves a pair by tenths of a microsecond from
+ * one process to the next; alternating rounds in one process gives both the
+ * same layout, clocks and GPU state.  The bare calls always go straight to
+ * libcuda.so.1 (resolved from its handle, not the preloaded cupool), so they
+ * are the same calls with or without cupool in the process; the bare pool
+ * and stream are made there too, out of cupool's sight.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h" /* _GNU_SOURCE: dlinfo, RTLD_DEFAULT */
@@ -53,11 +63,24 @@ static struct {
     const char *csv;
     const char *label;
     int device;
-} opt = {.mode = MODE_API, .target = 0.25, .reps = 3, .cap = 32ULL << 30, .device = 0};
+    int paired;          /* MODE_* timed in turn with `mode` in one process, -1 none */
+} opt = {.mode = MODE_API, .target = 0.25, .reps = 3, .cap = 32ULL << 30, .device = 0, .paired = -1};
 
 static CUcontext ctx;
 static CUmemoryPool pool;
 static CUstream private_stream;
+
+/* The driver's own entry points for the bare modes, from libcuda.so.1's
+ * handle: never cupool's, even when cupool is preloaded. */
+#define DRIVER_CALLS(X)                                                                                     \
+    X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuStreamQuery) X(cuStreamSynchronize) X(cuCtxSynchronize) \
+    X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuStreamWaitEvent)             \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuMemPoolCreate) X(cuMemPoolSetAttribute) X(cuMemPoolDestroy)
+static struct {
+#define DRIVER_FIELD(name) __typeof__(name) *name;
+    DRIVER_CALLS(DRIVER_FIELD)
+#undef DRIVER_FIELD
+} drv;
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -158,14 +181,14 @@ static deferred_t *head, *tail, *spare; /* spare: nodes with their events, for r
 static CUresult reclaim_locked(int wait)
 {
     while (head) {
-        CUresult r = wait ? cuEventSynchronize(head->ev) : cuEventQuery(head->ev);
+        CUresult r = wait ? drv.cuEventSynchronize(head->ev) : drv.cuEventQuery(head->ev);
         if (r == CUDA_ERROR_NOT_READY) return CUDA_SUCCESS;
         if (r != CUDA_SUCCESS) return r;
         deferred_t *d = head;
         head = d->next;
         if (!head) tail = NULL;
-        r = cuStreamWaitEvent(private_stream, d->ev, 0);
-        if (r == CUDA_SUCCESS) r = cuMemFreeAsync(d->ptr, private_stream);
+        r = drv.cuStreamWaitEvent(private_stream, d->ev, 0);
+        if (r == CUDA_SUCCESS) r = drv.cuMemFreeAsync(d->ptr, private_stream);
         d->next = spare;
         spare = d;
         if (r != CUDA_SUCCESS) return r;
@@ -182,12 +205,12 @@ static CUresult deferred_free(CUdeviceptr p)
     else if (r == CUDA_SUCCESS) {
         d = malloc(sizeof *d);
         if (!d) r = CUDA_ERROR_OUT_OF_MEMORY;
-        else if ((r = cuEventCreate(&d->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) free(d);
+        else if ((r = drv.cuEventCreate(&d->ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) free(d);
     }
     if (r == CUDA_SUCCESS) {
         d->ptr = p;
         d->next = NULL;
-        r = cuEventRecord(d->ev, CU_STREAM_LEGACY);
+        r = drv.cuEventRecord(d->ev, CU_STREAM_LEGACY);
         if (tail) tail->next = d;
         else head = d;
         tail = d;
@@ -201,26 +224,26 @@ static CUresult deferred_free(CUdeviceptr p)
 /* The private stream complete, as cupool makes sure of it (memory.c). */
 static CUresult private_stream_done(void)
 {
-    CUresult r = cuStreamQuery(private_stream);
-    return r == CUDA_ERROR_NOT_READY ? cuStreamSynchronize(private_stream) : r;
+    CUresult r = drv.cuStreamQuery(private_stream);
+    return r == CUDA_ERROR_NOT_READY ? drv.cuStreamSynchronize(private_stream) : r;
 }
 
-static CUresult pair(size_t size)
+static CUresult pair(int mode, size_t size)
 {
     CUdeviceptr p = 0;
     CUresult r;
-    switch (opt.mode) {
+    switch (mode) {
     case MODE_API:
         if ((r = cuMemAlloc(&p, size)) != CUDA_SUCCESS) return r;
         return cuMemFree(p);
     case MODE_ORDERED:
-        if ((r = cuMemAllocFromPoolAsync(&p, size, pool, CU_STREAM_LEGACY)) != CUDA_SUCCESS) return r;
-        return cuMemFreeAsync(p, CU_STREAM_LEGACY);
+        if ((r = drv.cuMemAllocFromPoolAsync(&p, size, pool, CU_STREAM_LEGACY)) != CUDA_SUCCESS) return r;
+        return drv.cuMemFreeAsync(p, CU_STREAM_LEGACY);
     case MODE_SYNC:
-        if ((r = cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
+        if ((r = drv.cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
         if ((r = private_stream_done()) != CUDA_SUCCESS) return r;
-        if ((r = cuCtxSynchronize()) != CUDA_SUCCESS) return r;
-        return cuMemFreeAsync(p, CU_STREAM_LEGACY);
+        if ((r = drv.cuCtxSynchronize()) != CUDA_SUCCESS) return r;
+        return drv.cuMemFreeAsync(p, CU_STREAM_LEGACY);
     default: /* MODE_DEFERRED */
         if (head) { /* unlocked peek, as cupool does */
             pthread_mutex_lock(&queue_lock);
@@ -228,7 +251,7 @@ static CUresult pair(size_t size)
             pthread_mutex_unlock(&queue_lock);
             if (r != CUDA_SUCCESS) return r;
         }
-        if ((r = cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
+        if ((r = drv.cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
         if ((r = private_stream_done()) != CUDA_SUCCESS) return r;
         return deferred_free(p);
     }
@@ -239,6 +262,7 @@ static CUresult pair(size_t size)
 static struct {
     pthread_barrier_t start, end;
     size_t size;
+    int mode;       /* of this round: MODE_* */
     long n;         /* pairs per thread in this round */
     int stop;
     CUresult error; /* first failure of the round */
@@ -256,7 +280,7 @@ static void *worker(void *arg)
         pthread_barrier_wait(&run.start);
         if (run.stop) break;
         for (long i = 0; i < run.n && run.error == CUDA_SUCCESS; i++) {
-            r = pair(run.size);
+            r = pair(run.mode, run.size);
             if (r != CUDA_SUCCESS) {
                 CUresult expected = CUDA_SUCCESS;
                 __atomic_compare_exchange_n(&run.error, &expected, r, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -269,8 +293,9 @@ static void *worker(void *arg)
 
 /* One round of n pairs per thread; returns its wall time (threads parked at
  * the start barrier between rounds, so thread creation is not timed). */
-static double round_of(long n)
+static double round_of(int mode, long n)
 {
+    run.mode = mode;
     run.n = n;
     double t0 = now();
     pthread_barrier_wait(&run.start);
@@ -286,12 +311,44 @@ static int cmp_double(const void *a, const void *b)
 
 static void drain(void)
 {
-    if (opt.mode == MODE_DEFERRED) {
+    if (opt.mode == MODE_DEFERRED || opt.paired == MODE_DEFERRED) {
         pthread_mutex_lock(&queue_lock);
         CU(reclaim_locked(1));
         pthread_mutex_unlock(&queue_lock);
     }
     CU(cuCtxSynchronize());
+}
+
+static double median_of(const double *v, int n)
+{
+    double sorted[64];
+    memcpy(sorted, v, sizeof(double) * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double max_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static void report(FILE *csv, const char *label, int mode, size_t size, int threads, long n, const double *us, int reps)
+{
+    double median = median_of(us, reps);
+    fprintf(csv, "%s,%s,%d,%zu,%d,%ld,%d,%.4f,%.4f,%.4f,ok\n", label, mode_names[mode], cupool_loaded(), size,
+            threads, n, reps, median, min_of(us, reps), max_of(us, reps));
+    fflush(csv);
+    fprintf(stderr, "alloc_bench: %-16s %11zu B x %2d threads: %10.3f us/pair (%ld pairs x %d)\n", label, size,
+            threads, median, n, reps);
 }
 
 static void measure(FILE *csv, size_t size, int threads)
@@ -316,31 +373,44 @@ static void measure(FILE *csv, size_t size, int threads)
      * first reservation, the context's first use of the size) that would
      * otherwise size the timed rounds to a handful of pairs.  Then size the
      * timed rounds: double n until a round takes a twentieth of the target. */
+    int paired = opt.paired >= 0;
     long n = opt.iters;
     double per = 0;
-    round_of(16);
+    round_of(opt.mode, 16);
+    if (paired) round_of(opt.paired, 16);
     if (!n) {
         long w = 1;
         double t = 0;
         for (int k = 0; k < 30 && run.error == CUDA_SUCCESS; k++) {
-            t = round_of(w);
+            t = round_of(opt.mode, w);
             if (t >= opt.target / 20 || w >= (1L << 22)) break;
             w *= 2;
         }
         per = t / (double)w;
-        n = per > 0 ? (long)(opt.target / opt.reps / per) : 1000;
+        /* Paired: the target covers both kinds of rounds. */
+        n = per > 0 ? (long)(opt.target / opt.reps / (paired ? 2 : 1) / per) : 1000;
         if (n < 3) n = 3;
         if (n > 2000000) n = 2000000;
     } else {
-        round_of(n < 10 ? n : 10);
+        round_of(opt.mode, n < 10 ? n : 10);
     }
     drain();
 
-    double us[64];
+    /* Paired rounds alternate which kind goes first, so neither always
+     * follows the other's drain. */
+    double us[64], bare_us[64];
     int reps = opt.reps > 64 ? 64 : opt.reps;
     for (int k = 0; k < reps && run.error == CUDA_SUCCESS; k++) {
-        us[k] = round_of(n) / (double)n * 1e6;
+        if (paired && k % 2) {
+            bare_us[k] = round_of(opt.paired, n) / (double)n * 1e6;
+            drain();
+        }
+        us[k] = round_of(opt.mode, n) / (double)n * 1e6;
         drain();
+        if (paired && !(k % 2)) {
+            bare_us[k] = round_of(opt.paired, n) / (double)n * 1e6;
+            drain();
+        }
     }
     run.stop = 1;
     pthread_barrier_wait(&run.start);
@@ -349,6 +419,8 @@ static void measure(FILE *csv, size_t size, int threads)
     pthread_barrier_destroy(&run.end);
 
     const char *label = opt.label ? opt.label : mode_names[opt.mode];
+    char bare_label[256];
+    snprintf(bare_label, sizeof bare_label, "%s:%s", label, paired ? mode_names[opt.paired] : "");
     if (run.error != CUDA_SUCCESS) {
         fprintf(stderr, "alloc_bench: %s %zu B x %d threads failed: %s\n", label, size, threads, errname(run.error));
         fprintf(csv, "%s,%s,%d,%zu,%d,0,0,,,,%s\n", label, mode_names[opt.mode], cupool_loaded(), size, threads,
@@ -356,26 +428,28 @@ static void measure(FILE *csv, size_t size, int threads)
         fflush(csv);
         return;
     }
-    double sorted[64];
-    memcpy(sorted, us, sizeof(double) * (size_t)reps);
-    qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
-    double median = reps % 2 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
-    fprintf(csv, "%s,%s,%d,%zu,%d,%ld,%d,%.4f,%.4f,%.4f,ok\n", label, mode_names[opt.mode], cupool_loaded(), size,
-            threads, n, reps, median, sorted[0], sorted[reps - 1]);
-    fflush(csv);
-    fprintf(stderr, "alloc_bench: %-16s %11zu B x %2d threads: %10.3f us/pair (%ld pairs x %d)\n", label, size,
-            threads, median, n, reps);
+    report(csv, label, opt.mode, size, threads, n, us, reps);
+    if (paired) report(csv, bare_label, opt.paired, size, threads, n, bare_us, reps);
 }
 
 /* ---- main ----------------------------------------------------------------------- */
 
+static int mode_named(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof mode_names / sizeof *mode_names); i++)
+        if (strcmp(name, mode_names[i]) == 0) return i;
+    return -1;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: alloc_bench [-m MODE] [-s SIZES] [-t THREADS] [-n ITERS] [-T SECONDS] [-r REPS]\n"
-            "                   [-c CAP] [-o CSV] [-l LABEL] [-d DEVICE]\n"
+            "Usage: alloc_bench [-m MODE] [-p BARE-MODE] [-s SIZES] [-t THREADS] [-n ITERS] [-T SECONDS]\n"
+            "                   [-r REPS] [-c CAP] [-o CSV] [-l LABEL] [-d DEVICE]\n"
             "  -m MODE     api (cuMemAlloc/cuMemFree; cupool when preloaded), bare-ordered,\n"
             "              bare-sync, bare-deferred (default api)\n"
+            "  -p BARE     with -m api: alternate its timed rounds with those of a bare mode in\n"
+            "              this process; the bare rows are labelled LABEL:BARE\n"
             "  -s SIZES    comma list with K/M/G suffixes (default 256,4K,64K,1M,16M,256M,1G)\n"
             "  -t THREADS  comma list (default 1,4,16)\n"
             "  -n ITERS    pairs per thread per timed round (default 0: sized to -T)\n"
@@ -392,14 +466,14 @@ int main(int argc, char **argv)
     parse_list("256,4K,64K,1M,16M,256M,1G", 1, opt.sizes, &opt.nsizes);
     parse_list("1,4,16", 0, opt.threads, &opt.nthreads);
     int c;
-    while ((c = getopt(argc, argv, "m:s:t:n:T:r:c:o:l:d:h")) != -1) {
+    while ((c = getopt(argc, argv, "m:p:s:t:n:T:r:c:o:l:d:h")) != -1) {
         char *end = NULL;
         switch (c) {
         case 'm':
-            opt.mode = -1;
-            for (int i = 0; i < 4; i++)
-                if (strcmp(optarg, mode_names[i]) == 0) opt.mode = i;
-            if (opt.mode < 0) goto bad;
+            if ((opt.mode = mode_named(optarg)) < 0) goto bad;
+            break;
+        case 'p':
+            if ((opt.paired = mode_named(optarg)) <= MODE_API) goto bad;
             break;
         case 's': if (parse_list(optarg, 1, opt.sizes, &opt.nsizes) != 0) goto bad; break;
         case 't': if (parse_list(optarg, 0, opt.threads, &opt.nthreads) != 0) goto bad; break;
@@ -419,7 +493,7 @@ int main(int argc, char **argv)
         default: goto bad;
         }
     }
-    if (optind != argc) goto bad;
+    if (optind != argc || (opt.paired >= 0 && opt.mode != MODE_API)) goto bad;
 
     if (opt.mode != MODE_API && cupool_loaded())
         fprintf(stderr, "alloc_bench: warning: %s measures the pool calls without cupool, but cupool is loaded\n",
@@ -432,7 +506,17 @@ int main(int argc, char **argv)
     CU(cuDeviceGet(&dev, opt.device));
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CU(cuCtxSetCurrent(ctx));
-    if (opt.mode != MODE_API) {
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+#define STRINGIFY(x) #x
+#define DRIVER_SYMBOL(name) STRINGIFY(name) /* expanded first: cuStreamDestroy is cuStreamDestroy_v2 */
+#define DRIVER_LOAD(name)                                                                                   \
+    if (!driver || !(*(void **)&drv.name = dlsym(driver, DRIVER_SYMBOL(name)))) {                            \
+        fprintf(stderr, "alloc_bench: libcuda.so.1 has no %s\n", DRIVER_SYMBOL(name));                       \
+        return 1;                                                                                           \
+    }
+    DRIVER_CALLS(DRIVER_LOAD)
+    int bare = opt.paired >= 0 ? opt.paired : opt.mode;
+    if (bare != MODE_API) {
         /* The pool cupool's `dedicated` policy makes: pinned device memory,
          * no release threshold. */
         CUmemPoolProps props;
@@ -441,10 +525,10 @@ int main(int argc, char **argv)
         props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
         props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = dev;
-        CU(cuMemPoolCreate(&pool, &props));
+        CU(drv.cuMemPoolCreate(&pool, &props));
         cuuint64_t threshold = UINT64_MAX;
-        CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
-        if (opt.mode != MODE_ORDERED) CU(cuStreamCreate(&private_stream, CU_STREAM_NON_BLOCKING));
+        CU(drv.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+        if (bare != MODE_ORDERED) CU(drv.cuStreamCreate(&private_stream, CU_STREAM_NON_BLOCKING));
     }
 
     FILE *csv = stdout;
@@ -461,9 +545,9 @@ int main(int argc, char **argv)
     for (int s = 0; s < opt.nsizes; s++)
         for (int t = 0; t < opt.nthreads; t++) measure(csv, opt.sizes[s], opt.threads[t]);
 
-    if (opt.mode == MODE_DEFERRED) drain();
-    if (private_stream) cuStreamDestroy(private_stream);
-    if (pool) cuMemPoolDestroy(pool);
+    drain();
+    if (private_stream) drv.cuStreamDestroy(private_stream);
+    if (pool) drv.cuMemPoolDestroy(pool);
     cuDevicePrimaryCtxRelease(dev);
     if (csv != stdout) fclose(csv);
     return 0;

@@ -2,22 +2,27 @@
 """Runs bench/alloc_bench in every configuration side by side and compares:
 
   native            cuMemAlloc + cuMemFree on the real driver
-  bare-MODE         the pool calls of cupool's free MODE, issued directly
-  cupool-MODE       cuMemAlloc + cuMemFree under cupool with CUPOOL_FREE=MODE
+  cupool-MODE       cuMemAlloc + cuMemFree under cupool with CUPOOL_FREE=MODE,
+                    its timed rounds alternating (alloc_bench -p) with those of
+  bare-MODE         the pool calls of cupool's free MODE, issued straight to
+                    the driver in the same process (auto pairs with
+                    bare-ordered: what auto does in a program without
+                    non-blocking streams)
   cupool-auto-log   as cupool-auto with CUPOOL_LOG to a file (1 thread)
 
-Each run is its own process.  One pair costs about a microsecond, and where
-a process's code and data land (address-space layout, the GPU's state)
-moves that by tenths of a microsecond from one process to the next, more
-than the 10% the targets look at; so the whole list of configurations is
-run --rounds times, interleaved, and each configuration's figure is the
-lowest of its per-round medians.  The CSV rows of every round go into
-RESULTS/alloc.csv and RESULTS/alloc.json (rows, targets) and a table is
-printed.
+One pair costs about a microsecond, and where a process's code and data land
+(address-space layout, the GPU's state) moves that by tenths of a
+microsecond from one process to the next, more than the 10% the targets look
+at.  So cupool and its bare calls are timed in the same process, in
+alternating rounds, and each of those processes is run --rounds times,
+interleaved with the others.  A ratio is the median over the rounds of
+cupool's median / the bare calls' median in that round; a time shown is the
+lowest of a configuration's per-round medians.  The CSV rows of every round
+go into RESULTS/alloc.csv and RESULTS/alloc.json (rows, targets) and a table
+is printed.
 
-Targets: cupool-MODE / bare-MODE <= 1.10 (auto compares with bare-ordered,
-which is what auto does in a program without non-blocking streams);
-native / cupool-auto >= 50 at 1 MiB, 1 thread; log on - log off <= 0.5 us.
+Targets: cupool-MODE / bare-MODE <= 1.10; native / cupool-auto >= 50 at
+1 MiB, 1 thread; log on - log off <= 0.5 us.
 """
 
 import argparse
@@ -73,8 +78,7 @@ def main():
               "-c", args.cap]
 
     runs = [("native", "api", None, None, common)]
-    runs += [("bare-" + m, "bare-" + m, None, None, common) for m in ("ordered", "sync", "deferred")]
-    runs += [("cupool-" + m, "api", m, None, common) for m in MODES]
+    runs += [("cupool-" + m, "api", m, None, ["-p", BARE_OF[m]] + common) for m in MODES]
     log_common = ["-s", args.log_sizes or args.sizes, "-t", "1", "-T", str(args.target_time),
                   "-r", str(args.reps), "-c", args.cap]
     runs += [("cupool-auto-log", "api", "auto", args.log_file, log_common)]
@@ -121,12 +125,27 @@ def main():
                 r["round"] = round_no + 1
                 rows.append(r)
 
-    # Each configuration: the lowest of its rounds' medians.
-    by = {}
+    # Each configuration: the lowest of its rounds' medians; each ratio the
+    # median over the rounds of the ratio within the round's process.
+    by, per_round = {}, {}
     for r in rows:
         key = (r["label"], r["size"], r["threads"])
         if r["us"] is not None and (by.get(key) is None or r["us"] < by[key]):
             by[key] = r["us"]
+        per_round[key + (r["round"],)] = r["us"]
+
+    def paired_ratio(m, s, t):
+        label = "cupool-" + m
+        ratios = []
+        for k in range(1, max(1, args.rounds) + 1):
+            mine, bare = per_round.get((label, s, t, k)), per_round.get(("%s:%s" % (label, BARE_OF[m]), s, t, k))
+            if mine is not None and bare:
+                ratios.append(mine / bare)
+        ratios.sort()
+        if not ratios:
+            return None
+        n = len(ratios)
+        return ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
     rounds_done = max([r["round"] for r in rows] or [0])
     sizes = sorted({r["size"] for r in rows})
     threads = sorted({r["threads"] for r in rows})
@@ -134,10 +153,11 @@ def main():
     for s in sizes:
         for t in threads:
             row = {"size": human(s), "size_bytes": s, "threads": t}
-            for label in ["native", "bare-ordered", "bare-sync", "bare-deferred"] + ["cupool-" + m for m in MODES]:
-                row[label] = by.get((label, s, t))
+            row["native"] = by.get(("native", s, t))
             for m in MODES:
-                row["ratio-" + m] = B.ratio(row["cupool-" + m], row[BARE_OF[m]])
+                row["cupool-" + m] = by.get(("cupool-" + m, s, t))
+                row["bare-" + m] = by.get(("cupool-%s:%s" % (m, BARE_OF[m]), s, t))
+                row["ratio-" + m] = paired_ratio(m, s, t)
             row["native/cupool"] = B.ratio(row["native"], row["cupool-auto"])
             logged = by.get(("cupool-auto-log", s, t))
             row["cupool-auto-log"] = logged
@@ -145,13 +165,13 @@ def main():
                 else None
             summary.append(row)
 
-    print("\nalloc_bench: microseconds per cuMemAlloc + cuMemFree pair (lowest median of %d rounds), and ratios\n"
-          % rounds_done)
+    print("\nalloc_bench: microseconds per cuMemAlloc + cuMemFree pair (lowest median of %d rounds), and ratios "
+          "(median of the rounds' cupool / bare in one process)\n" % rounds_done)
     B.table(summary, [("size", "size"), ("threads", "thr"), ("native", "native"),
                       ("bare-ordered", "bare-ord"), ("cupool-ordered", "cp-ord"), ("ratio-ordered", "cp/bare"),
                       ("bare-deferred", "bare-def"), ("cupool-deferred", "cp-def"), ("ratio-deferred", "cp/bare"),
                       ("bare-sync", "bare-sync"), ("cupool-sync", "cp-sync"), ("ratio-sync", "cp/bare"),
-                      ("cupool-auto", "cp-auto"), ("ratio-auto", "auto/bare-ord"),
+                      ("bare-auto", "bare-ord'"), ("cupool-auto", "cp-auto"), ("ratio-auto", "auto/bare-ord"),
                       ("native/cupool", "native/cp-auto"), ("log-delta", "log +us")])
 
     targets = []

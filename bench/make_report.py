@@ -84,11 +84,14 @@ def section_alloc(results):
         timing = "median of %s timed rounds after a warm-up" % cfg.get("reps", 3)
     text = ["`bench/alloc_bench` times a `cuMemAlloc` + `cuMemFree` pair per size and thread count "
             "(each thread its own loop on the primary context; time = wall time / pairs per thread, "
-            + timing + "). *native* is the real driver, *bare-MODE* the exact pool "
-            "calls cupool's free MODE makes, issued by the benchmark itself, *cupool-MODE* the same program "
-            "under cupool with `CUPOOL_FREE=MODE`. `auto` becomes `ordered` in a program without "
-            "non-blocking streams, so it is compared with bare-ordered. *log +us* is cupool-auto with "
-            "`CUPOOL_LOG` minus without.\n"]
+            + timing + "). *native* is the real driver, *cupool-MODE* the program under cupool with "
+            "`CUPOOL_FREE=MODE`, and *bare-MODE* the exact pool calls cupool's free MODE makes, issued by the "
+            "benchmark straight to the driver in the same process, in timed rounds alternating with cupool's "
+            "(`alloc_bench -p`): both share one address-space layout and GPU state, which otherwise move a "
+            "pair by tenths of a microsecond between processes. A *ratio* is the median over the runs of "
+            "cupool / bare within the run. `auto` becomes `ordered` in a program without non-blocking "
+            "streams, so it is paired with bare-ordered. *log +us* is cupool-auto with `CUPOOL_LOG` minus "
+            "without (separate processes).\n"]
     if not d:
         return "\n".join(text + ["Not measured yet.\n"])
     text.append(md_table(d.get("summary", []), [
@@ -96,8 +99,8 @@ def section_alloc(results):
         ("bare-ordered", "bare ordered"), ("cupool-ordered", "cupool ordered"), ("ratio-ordered", "ratio"),
         ("bare-deferred", "bare deferred"), ("cupool-deferred", "cupool deferred"), ("ratio-deferred", "ratio"),
         ("bare-sync", "bare sync"), ("cupool-sync", "cupool sync"), ("ratio-sync", "ratio"),
-        ("cupool-auto", "cupool auto"), ("ratio-auto", "auto / bare ordered"),
-        ("native/cupool", "native / cupool auto"), ("log-delta", "log +µs")]))
+        ("bare-auto", "bare ordered (auto's run)"), ("cupool-auto", "cupool auto"),
+        ("ratio-auto", "auto / bare ordered"), ("native/cupool", "native / cupool auto"), ("log-delta", "log +µs")]))
     text.append(picture(results, "alloc", "time per allocation pair by size"))
     for n in d.get("notes", []):
         text.append("- " + n)

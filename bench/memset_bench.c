@@ -187,7 +187,11 @@ static double e2e_us(bench_graph_t *b, int n)
 /* The kernel node wrote the value everywhere (sampled beyond 64 MiB). */
 static void verify(CUdeviceptr d, size_t size, const CUDA_MEMSET_NODE_PARAMS *p, bench_graph_t *k)
 {
-    CU(cuMemsetD8(d, 0, size));
+    /* On the benchmark's own stream: a non-blocking stream does not wait for
+     * the legacy stream, so a plain cuMemsetD8 could still be clearing the
+     * buffer while the fill runs (H200, 46d0422: a zero at byte 16098176 of
+     * 64 MiB). */
+    CU(cuMemsetD8Async(d, 0, size, stream));
     CU(cuGraphLaunch(k->exec, stream));
     CU(cuStreamSynchronize(stream));
     size_t chunk = size <= (64u << 20) ? size : (1u << 20);

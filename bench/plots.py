@@ -36,18 +36,25 @@ def alloc_plot(plt, results):
         return
     rows = [r for r in d["rows"] if r.get("us") is not None]
     threads = sorted({r["threads"] for r in rows})
-    styles = {"native": ("k", "o", "-"), "bare-ordered": ("tab:blue", "", "--"),
-              "bare-deferred": ("tab:orange", "", "--"), "bare-sync": ("tab:green", "", "--"),
+    # The bare calls are timed in cupool's processes (alloc_bench -p): rows
+    # labelled cupool-MODE:bare-MODE.
+    styles = {"native": ("k", "o", "-"), "cupool-ordered:bare-ordered": ("tab:blue", "", "--"),
+              "cupool-deferred:bare-deferred": ("tab:orange", "", "--"),
+              "cupool-sync:bare-sync": ("tab:green", "", "--"),
               "cupool-ordered": ("tab:blue", "s", "-"), "cupool-deferred": ("tab:orange", "s", "-"),
               "cupool-sync": ("tab:green", "s", "-"), "cupool-auto": ("tab:red", "^", "-"),
               "cupool-auto-log": ("tab:purple", "x", ":")}
     fig, axes = plt.subplots(1, len(threads), figsize=(5.2 * len(threads), 4.2), squeeze=False, sharey=True)
     for ax, t in zip(axes[0], threads):
         for label, (color, marker, ls) in styles.items():
-            pts = sorted((r["size"], r["us"]) for r in rows if r["label"] == label and r["threads"] == t)
+            best = {}  # size -> lowest of the rounds, as the table shows
+            for r in rows:
+                if r["label"] == label and r["threads"] == t:
+                    best[r["size"]] = min(r["us"], best.get(r["size"], r["us"]))
+            pts = sorted(best.items())
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker or None,
-                        linestyle=ls, label=label, linewidth=1.3, markersize=4)
+                        linestyle=ls, label=label.split(":")[-1], linewidth=1.3, markersize=4)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title("%d thread%s" % (t, "" if t == 1 else "s"))
