@@ -25,9 +25,10 @@
  * process's code and data land moves a pair by tenths of a microsecond from
  * one process to the next; alternating rounds in one process gives both the
  * same layout, clocks and GPU state.  The bare calls always go straight to
- * libcuda.so.1 (resolved from its handle, not the preloaded cupool), so they
- * are the same calls with or without cupool in the process; the bare pool
- * and stream are made there too, out of cupool's sight.
+ * libcuda.so.1 (looked up in its handle with the C library's own dlsym, not
+ * the one cupool puts in front of it), so they are the same calls with or
+ * without cupool in the process; the bare pool and stream are made there
+ * too, out of cupool's sight.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h" /* _GNU_SOURCE: dlinfo, RTLD_DEFAULT */
@@ -434,6 +435,23 @@ static void measure(FILE *csv, size_t size, int threads)
 
 /* ---- main ----------------------------------------------------------------------- */
 
+/* name as libcuda.so.1 itself defines it.  cupool overrides dlsym (that is
+ * how it reaches programs that look the driver up), so the C library's own
+ * dlsym is taken with dlvsym, which cupool leaves alone. */
+static void *driver_symbol(void *driver, const char *name)
+{
+    typedef void *dlsym_fn_t(void *, const char *);
+    static dlsym_fn_t *libc_dlsym;
+    if (!libc_dlsym) {
+        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        void *libdl = dlopen("libdl.so.2", RTLD_LAZY | RTLD_NOLOAD); /* dlsym's home before glibc 2.34 */
+        if (libc) libc_dlsym = (dlsym_fn_t *)dlvsym(libc, "dlsym", "GLIBC_2.34");
+        if (!libc_dlsym && libdl) libc_dlsym = (dlsym_fn_t *)dlvsym(libdl, "dlsym", "GLIBC_2.2.5");
+        if (!libc_dlsym) return NULL;
+    }
+    return libc_dlsym(driver, name);
+}
+
 static int mode_named(const char *name)
 {
     for (int i = 0; i < (int)(sizeof mode_names / sizeof *mode_names); i++)
@@ -510,8 +528,8 @@ int main(int argc, char **argv)
 #define STRINGIFY(x) #x
 #define DRIVER_SYMBOL(name) STRINGIFY(name) /* expanded first: cuStreamDestroy is cuStreamDestroy_v2 */
 #define DRIVER_LOAD(name)                                                                                   \
-    if (!driver || !(*(void **)&drv.name = dlsym(driver, DRIVER_SYMBOL(name)))) {                            \
-        fprintf(stderr, "alloc_bench: libcuda.so.1 has no %s\n", DRIVER_SYMBOL(name));                       \
+    if (!driver || !(*(void **)&drv.name = driver_symbol(driver, DRIVER_SYMBOL(name)))) {                   \
+        fprintf(stderr, "alloc_bench: cannot find libcuda.so.1's own %s\n", DRIVER_SYMBOL(name));            \
         return 1;                                                                                           \
     }
     DRIVER_CALLS(DRIVER_LOAD)

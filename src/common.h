@@ -71,10 +71,20 @@ CUPOOL_HANDLED(CUPOOL_REAL_DECL)
 CUPOOL_USED(CUPOOL_REAL_DECL)
 #undef CUPOOL_REAL_DECL
 
-/* Loads libcuda.so.1 and every real_* pointer once; false if the driver is missing. */
+/* Loads libcuda.so.1 and every real_* pointer once; false if the driver is
+ * missing.  cupool_driver_ready is its inline fast path: every shim asks. */
 int cupool_driver_load(void);
+extern atomic_int cupool_driver_loaded;
+static inline int cupool_driver_ready(void)
+{
+    return CUPOOL_LIKELY(atomic_load_explicit(&cupool_driver_loaded, memory_order_acquire)) || cupool_driver_load();
+}
 /* True once the program's cuInit succeeded and cupool's pools may be used. */
-int cupool_active(void);
+extern atomic_int cupool_started;
+static inline int cupool_active(void)
+{
+    return atomic_load_explicit(&cupool_started, memory_order_acquire);
+}
 /* From now on pass everything through (a forked child: the parent's
  * contexts are not its own). */
 void cupool_stop(void);
@@ -182,7 +192,7 @@ CUresult cupool_call_end(cupool_call_t *c, CUresult result);
 #define CUPOOL_SHIM_BEGIN(call, name)                                                                       \
     cupool_call_t call;                                                                                     \
     cupool_call_begin(&call, CUPOOL_SYM_##name);                                                            \
-    if (CUPOOL_UNLIKELY(!cupool_driver_load() || !real_##name))                                             \
+    if (CUPOOL_UNLIKELY(!cupool_driver_ready() || !real_##name))                                             \
         return cupool_call_end(&call, cupool_missing(#name));
 CUresult cupool_missing(const char *name);
 

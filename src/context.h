@@ -95,9 +95,14 @@ uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
 /* Moves a context out of `ordered`: synchronizes it (after the capture in
  * progress, if any). */
 void cupool_synchronize_switch(cupool_context_t *c);
-/* Deferred frees (deferred.c): whether any block waits, and handing back
- * every waiting block of a context whose work is known to be complete. */
-int cupool_deferred_waiting(const cupool_context_t *c);
+/* Deferred frees (deferred.c): whether any block waits (read without the
+ * context's lock: a hint, which cupool_reclaim confirms under it), and
+ * handing back every waiting block of a context whose work is known to be
+ * complete. */
+static inline int cupool_deferred_waiting(const cupool_context_t *c)
+{
+    return c->head || c->pending || c->held;
+}
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
 /* Streams (called by stream.c's shims): a new stream of the calling thread's
  * context, and a stream about to be destroyed. */

@@ -199,7 +199,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 void cupool_reclaim(cupool_context_t *c, int wait)
 {
     if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_captures) == 0) cupool_synchronize_switch(c);
-    if (!c->head && !c->held && !c->pending) return;
+    if (!cupool_deferred_waiting(c)) return;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, wait ? 0 : UINT64_MAX);
@@ -269,11 +269,6 @@ CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int de
     if (atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED) r = real_cuCtxSynchronize();
     if (r == CUDA_SUCCESS) r = give_back(o->ptr, CU_STREAM_LEGACY);
     return r == CUDA_SUCCESS ? r : restore(o, r);
-}
-
-int cupool_deferred_waiting(const cupool_context_t *c)
-{
-    return c->head || c->pending || c->held;
 }
 
 /* Hands back every deferred block of a context whose work is known to be

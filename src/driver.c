@@ -79,7 +79,7 @@ static void find_real_dlsym(void)
 /* ---- loading the driver -------------------------------------------------- */
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static int driver_loaded;
+atomic_int cupool_driver_loaded;
 static void *self_base;
 
 static int is_ours(void *fn)
@@ -112,13 +112,13 @@ static void load_driver(void)
     }
     for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(handled); i++) *handled[i].real = resolve_real(driver, handled[i].name);
     for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(used); i++) *used[i].real = resolve_real(driver, used[i].name);
-    driver_loaded = 1;
+    atomic_store_explicit(&cupool_driver_loaded, 1, memory_order_release);
 }
 
 int cupool_driver_load(void)
 {
     pthread_once(&load_once, load_driver);
-    return driver_loaded;
+    return atomic_load_explicit(&cupool_driver_loaded, memory_order_acquire);
 }
 
 CUresult cupool_missing(const char *name)
@@ -165,7 +165,7 @@ CUresult cupool_call_end(cupool_call_t *c, CUresult result)
 /* ---- start-up and exit --------------------------------------------------- */
 
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
-static atomic_int started;
+atomic_int cupool_started;
 
 void cupool_pools_start(void); /* context.c */
 
@@ -183,17 +183,12 @@ static void start(void)
     cupool_timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
     atexit(at_exit);
     cupool_pools_start();
-    atomic_store(&started, 1);
+    atomic_store(&cupool_started, 1);
 }
 
 void cupool_stop(void)
 {
-    atomic_store(&started, 0);
-}
-
-int cupool_active(void)
-{
-    return atomic_load_explicit(&started, memory_order_acquire);
+    atomic_store(&cupool_started, 0);
 }
 
 CUPOOL_EXPORT CUresult cuInit(unsigned int flags)
