@@ -168,12 +168,12 @@ static void record_batch(cupool_context_t *c)
 static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 {
     if (c->pending && atomic_load(&cupool_captures) == 0) {
-        uint64_t now = cupool_now_ns();
-        /* The fan-in costs in proportion to the streams it covers. */
+        /* The fan-in costs in proportion to the streams it covers.  The
+         * clock is read last: with few streams every free sets its fence. */
         uint64_t wait_ns = (uint64_t)c->nstreams * BATCH_WAIT_NS_PER_STREAM;
         if (wait_ns < BATCH_MIN_WAIT_NS) wait_ns = BATCH_MIN_WAIT_NS;
         if (c->deferred_bytes > keep || c->nstreams <= BATCH_CHEAP_STREAMS ||
-            c->npending >= BATCH_MIN_BLOCKS + c->nstreams || now - c->batch_start_ns >= wait_ns)
+            c->npending >= BATCH_MIN_BLOCKS + c->nstreams || cupool_now_ns() - c->batch_start_ns >= wait_ns)
             record_batch(c);
     }
     while (c->head && batch_complete(c->head, c->deferred_bytes > keep)) {
@@ -242,7 +242,8 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
         b->next = c->pending;
         c->pending = b;
         c->deferred_bytes += o->size;
-        if (c->npending++ == 0) c->batch_start_ns = cupool_now_ns();
+        /* Only a batch that may wait for company needs its start time. */
+        if (c->npending++ == 0 && c->nstreams > BATCH_CHEAP_STREAMS) c->batch_start_ns = cupool_now_ns();
         /* Past the cap, wait for the oldest batches until a quarter of it
          * is free again: the host stays ahead of the GPU, by less. */
         reclaim_locked(c, c->deferred_bytes > DEFERRED_MAX_BYTES ? DEFERRED_MAX_BYTES / 4 * 3 : UINT64_MAX);
