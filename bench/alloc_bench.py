@@ -8,7 +8,8 @@
                     the driver in the same process (auto pairs with
                     bare-ordered: what auto does in a program without
                     non-blocking streams)
-  cupool-auto-log   as cupool-auto with CUPOOL_LOG to a file (1 thread)
+  cupool-auto-log   as cupool-auto with CUPOOL_LOG to a file (1 thread), also
+                    paired with bare-ordered
 
 One pair costs about a microsecond, and where a process's code and data land
 (address-space layout, the GPU's state) moves that by tenths of a
@@ -20,6 +21,13 @@ cupool's median / the bare calls' median in that round; a time shown is the
 lowest of a configuration's per-round medians.  The CSV rows of every round
 go into RESULTS/alloc.csv and RESULTS/alloc.json (rows, targets) and a table
 is printed.
+
+The log's cost compares two processes (logging is on or off for a whole
+process), so it too is read against the bare calls each process timed: in
+each round, (cupool-auto-log / its bare) - (cupool-auto / its bare), times
+cupool-auto's bare time; the figure is the median over the rounds.  A
+process that runs slow as a whole then moves its cupool and bare rounds
+alike and the difference keeps only what the log adds.
 
 Targets: cupool-MODE / bare-MODE <= 1.10; native / cupool-auto >= 50 at
 1 MiB, 1 thread; log on - log off <= 0.5 us.
@@ -81,7 +89,7 @@ def main():
     runs += [("cupool-" + m, "api", m, None, ["-p", BARE_OF[m]] + common) for m in MODES]
     log_common = ["-s", args.log_sizes or args.sizes, "-t", "1", "-T", str(args.target_time),
                   "-r", str(args.reps), "-c", args.cap]
-    runs += [("cupool-auto-log", "api", "auto", args.log_file, log_common)]
+    runs += [("cupool-auto-log", "api", "auto", args.log_file, ["-p", BARE_OF["auto"]] + log_common)]
 
     errors, rows, notes = [], [], []
     schedule = [(k, run) for k in range(max(1, args.rounds)) for run in runs]
@@ -134,18 +142,32 @@ def main():
             by[key] = r["us"]
         per_round[key + (r["round"],)] = r["us"]
 
-    def paired_ratio(m, s, t):
-        label = "cupool-" + m
-        ratios = []
-        for k in range(1, max(1, args.rounds) + 1):
-            mine, bare = per_round.get((label, s, t, k)), per_round.get(("%s:%s" % (label, BARE_OF[m]), s, t, k))
-            if mine is not None and bare:
-                ratios.append(mine / bare)
-        ratios.sort()
-        if not ratios:
+    def median(values):
+        values = sorted(values)
+        n = len(values)
+        if not n:
             return None
-        n = len(ratios)
-        return ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+    def round_ratio(label, bare_mode, s, t, k):
+        mine, bare = per_round.get((label, s, t, k)), per_round.get(("%s:%s" % (label, bare_mode), s, t, k))
+        return mine / bare if mine is not None and bare else None
+
+    rounds = range(1, max(1, args.rounds) + 1)
+
+    def paired_ratio(m, s, t):
+        return median([x for x in (round_ratio("cupool-" + m, BARE_OF[m], s, t, k) for k in rounds)
+                       if x is not None])
+
+    def log_delta(s, t):
+        deltas = []
+        for k in rounds:
+            with_log = round_ratio("cupool-auto-log", BARE_OF["auto"], s, t, k)
+            without = round_ratio("cupool-auto", BARE_OF["auto"], s, t, k)
+            bare = per_round.get(("cupool-auto:" + BARE_OF["auto"], s, t, k))
+            if with_log is not None and without is not None and bare:
+                deltas.append((with_log - without) * bare)
+        return median(deltas)
     rounds_done = max([r["round"] for r in rows] or [0])
     sizes = sorted({r["size"] for r in rows})
     threads = sorted({r["threads"] for r in rows})
@@ -159,10 +181,8 @@ def main():
                 row["bare-" + m] = by.get(("cupool-%s:%s" % (m, BARE_OF[m]), s, t))
                 row["ratio-" + m] = paired_ratio(m, s, t)
             row["native/cupool"] = B.ratio(row["native"], row["cupool-auto"])
-            logged = by.get(("cupool-auto-log", s, t))
-            row["cupool-auto-log"] = logged
-            row["log-delta"] = logged - row["cupool-auto"] if logged is not None and row["cupool-auto"] is not None \
-                else None
+            row["cupool-auto-log"] = by.get(("cupool-auto-log", s, t))
+            row["log-delta"] = log_delta(s, t)
             summary.append(row)
 
     print("\nalloc_bench: microseconds per cuMemAlloc + cuMemFree pair (lowest median of %d rounds), and ratios "

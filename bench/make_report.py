@@ -90,8 +90,10 @@ def section_alloc(results):
             "(`alloc_bench -p`): both share one address-space layout and GPU state, which otherwise move a "
             "pair by tenths of a microsecond between processes. A *ratio* is the median over the runs of "
             "cupool / bare within the run. `auto` becomes `ordered` in a program without non-blocking "
-            "streams, so it is paired with bare-ordered. *log +us* is cupool-auto with `CUPOOL_LOG` minus "
-            "without (separate processes).\n"]
+            "streams, so it is paired with bare-ordered. *log +us* is what `CUPOOL_LOG` adds to a cupool-auto "
+            "pair: logging is on for a whole process, so each of the two processes is read against the bare "
+            "calls it timed itself, (with log / its bare - without / its bare) x bare, the median over the "
+            "runs.\n"]
     if not d:
         return "\n".join(text + ["Not measured yet.\n"])
     text.append(md_table(d.get("summary", []), [
