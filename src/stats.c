@@ -113,9 +113,18 @@ static void hot_setup(void)
     pthread_atfork(fork_prepare, fork_done, fork_done);
 }
 
-static hot_t *hot(void)
+static __attribute__((noinline, cold)) hot_t *first_hot(void);
+
+/* The calling thread's set; the first call of a thread makes it, out of
+ * line so the counting paths stay leaves. */
+static inline hot_t *hot(void)
 {
     if (CUPOOL_LIKELY(my_hot != NULL)) return my_hot;
+    return first_hot();
+}
+
+static hot_t *first_hot(void)
+{
     pthread_once(&hot_once, hot_setup);
     hot_t *h = calloc(1, sizeof *h);
     if (!h) return &retired;
@@ -186,6 +195,22 @@ static uint64_t native_estimate_ns(size_t size, int is_free)
     return estimate_table[is_free][size ? 64 - __builtin_clzll((unsigned long long)size) - 1 : 0];
 }
 
+/* What only CUPOOL_STATS and CUPOOL_LOG need, out of line: the counting
+ * path then stays a leaf that saves no registers. */
+static __attribute__((noinline)) void timed_alloc(hot_t *h, atomic_ullong *c, int device, size_t size)
+{
+    /* The peak needs one shared sum: kept only when asked for. */
+    cupool_device_stats_t *s = cupool_stats_for(device);
+    raise_peak(&s->peak_in_use, atomic_fetch_add_explicit(&s->in_use, size, memory_order_relaxed) + size);
+    bump(h, &c[HOT_ESTIMATE_NS], native_estimate_ns(size, 0));
+}
+
+static __attribute__((noinline)) void timed_free(hot_t *h, atomic_ullong *c, int device, size_t size)
+{
+    atomic_fetch_sub_explicit(&cupool_stats_for(device)->in_use, size, memory_order_relaxed);
+    bump(h, &c[HOT_ESTIMATE_NS], native_estimate_ns(size, 1));
+}
+
 void cupool_stats_alloc(int device, int route, size_t size)
 {
     hot_t *h = hot();
@@ -193,12 +218,7 @@ void cupool_stats_alloc(int device, int route, size_t size)
     if (route == CUPOOL_ROUTE_POOL) {
         bump(h, &c[HOT_POOLED_ALLOCS], 1);
         bump(h, &c[HOT_POOLED_BYTES], size);
-        if (cupool_timing) {
-            /* The peak needs one shared sum: kept only when asked for. */
-            cupool_device_stats_t *s = cupool_stats_for(device);
-            raise_peak(&s->peak_in_use, atomic_fetch_add_explicit(&s->in_use, size, memory_order_relaxed) + size);
-            bump(h, &c[HOT_ESTIMATE_NS], native_estimate_ns(size, 0));
-        }
+        if (cupool_timing) timed_alloc(h, c, device, size);
     } else {
         bump(h, &c[HOT_NATIVE_ALLOCS], 1);
         bump(h, &c[HOT_NATIVE_BYTES], size);
@@ -212,10 +232,7 @@ void cupool_stats_free(int device, int route, size_t size)
     if (route == CUPOOL_ROUTE_POOL) {
         bump(h, &c[HOT_POOLED_FREES], 1);
         bump(h, &c[HOT_FREED_BYTES], size);
-        if (cupool_timing) {
-            atomic_fetch_sub_explicit(&cupool_stats_for(device)->in_use, size, memory_order_relaxed);
-            bump(h, &c[HOT_ESTIMATE_NS], native_estimate_ns(size, 1));
-        }
+        if (cupool_timing) timed_free(h, c, device, size);
     } else {
         bump(h, &c[HOT_NATIVE_FREES], 1);
     }
