@@ -320,33 +320,16 @@ static void drain(void)
     CU(cuCtxSynchronize());
 }
 
-static double median_of(const double *v, int n)
-{
-    double sorted[64];
-    memcpy(sorted, v, sizeof(double) * (size_t)n);
-    qsort(sorted, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-}
-
-static double min_of(const double *v, int n)
-{
-    double m = v[0];
-    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
-    return m;
-}
-
-static double max_of(const double *v, int n)
-{
-    double m = v[0];
-    for (int i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
-    return m;
-}
-
+/* One CSV row (and a line on stderr): the median of the rounds, their
+ * lowest and highest, from one sorted copy. */
 static void report(FILE *csv, const char *label, int mode, size_t size, int threads, long n, const double *us, int reps)
 {
-    double median = median_of(us, reps);
+    double sorted[64];
+    memcpy(sorted, us, sizeof(double) * (size_t)reps);
+    qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
+    double median = reps % 2 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
     fprintf(csv, "%s,%s,%d,%zu,%d,%ld,%d,%.4f,%.4f,%.4f,ok\n", label, mode_names[mode], cupool_loaded(), size,
-            threads, n, reps, median, min_of(us, reps), max_of(us, reps));
+            threads, n, reps, median, sorted[0], sorted[reps - 1]);
     fflush(csv);
     fprintf(stderr, "alloc_bench: %-16s %11zu B x %2d threads: %10.3f us/pair (%ld pairs x %d)\n", label, size,
             threads, median, n, reps);

@@ -142,13 +142,6 @@ def main():
             by[key] = r["us"]
         per_round[key + (r["round"],)] = r["us"]
 
-    def median(values):
-        values = sorted(values)
-        n = len(values)
-        if not n:
-            return None
-        return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-
     def round_ratio(label, bare_mode, s, t, k):
         mine, bare = per_round.get((label, s, t, k)), per_round.get(("%s:%s" % (label, bare_mode), s, t, k))
         return mine / bare if mine is not None and bare else None
@@ -156,8 +149,7 @@ def main():
     rounds = range(1, max(1, args.rounds) + 1)
 
     def paired_ratio(m, s, t):
-        return median([x for x in (round_ratio("cupool-" + m, BARE_OF[m], s, t, k) for k in rounds)
-                       if x is not None])
+        return B.median(round_ratio("cupool-" + m, BARE_OF[m], s, t, k) for k in rounds)
 
     def log_delta(s, t):
         deltas = []
@@ -167,7 +159,7 @@ def main():
             bare = per_round.get(("cupool-auto:" + BARE_OF["auto"], s, t, k))
             if with_log is not None and without is not None and bare:
                 deltas.append((with_log - without) * bare)
-        return median(deltas)
+        return B.median(deltas)
     rounds_done = max([r["round"] for r in rows] or [0])
     sizes = sorted({r["size"] for r in rows})
     threads = sorted({r["threads"] for r in rows})

@@ -680,7 +680,7 @@ void cupool_captures_ended(void)
 {
     pthread_mutex_lock(&registry_lock);
     for (cupool_context_t *c = contexts; c; c = c->next) {
-        if (!c->sync_due && !cupool_deferred_waiting(c)) continue;
+        if (!cupool_reclaim_due(c)) continue;
         int pushed = cupool_enter_context(c->ctx);
         cupool_reclaim(c, 0);
         cupool_leave_context(pushed);

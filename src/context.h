@@ -104,6 +104,13 @@ static inline int cupool_deferred_waiting(const cupool_context_t *c)
     return c->head || c->pending || c->held;
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
+/* Whether cupool_reclaim has anything to do for a context (a switch out of
+ * `ordered` waiting to synchronize, or deferred blocks): read unlocked, so
+ * the common case makes no call. */
+static inline int cupool_reclaim_due(const cupool_context_t *c)
+{
+    return c->sync_due || cupool_deferred_waiting(c);
+}
 /* Streams (called by stream.c's shims): a new stream of the calling thread's
  * context, and a stream about to be destroyed. */
 void cupool_track_stream(CUstream stream, unsigned flags);

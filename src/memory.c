@@ -14,8 +14,7 @@
 
 static CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size, int *mode)
 {
-    /* Checked here first: the common case (ordered, nothing waiting) makes no call. */
-    if (CUPOOL_UNLIKELY(c->sync_due || cupool_deferred_waiting(c))) cupool_reclaim(c, 0);
+    if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) cupool_reclaim(c, 0);
     *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0)
         return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
