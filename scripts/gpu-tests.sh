@@ -47,7 +47,11 @@ if [ "${1:-}" = "--sanitize" ]; then
         echo "$name $mode SKIP out-of-time" >"$base.result"
         exit 0
     fi
-    vars="CUPOOL_TEST_DRIVER=$driver"
+    # Tests that run themselves once per mode (tl_run_modes) run only this
+    # run's mode (auto: and the program without cupool), so that each
+    # report belongs to one mode.
+    vars="CUPOOL_TEST_DRIVER=$driver CUPOOL_TEST_MODES=$mode"
+    [ "$mode" = auto ] && vars="$vars,native"
     [ "$mode" = auto ] || vars="$vars CUPOOL_FREE=$mode"
     [ "$stats" = 1 ] && vars="$vars CUPOOL_STATS=1"
     # --report-api-errors no: a driver call returning an error is not a
@@ -62,7 +66,7 @@ if [ "${1:-}" = "--sanitize" ]; then
     # preload is set on the sanitizer itself.
     form=a
     # shellcheck disable=SC2086 # $vars: NAME=VALUE words
-    sanitize env -u CUPOOL_FREE -u CUPOOL_STATS $vars "$src/tests/run-test.sh" "$@"
+    sanitize env -u CUPOOL_FREE -u CUPOOL_STATS -u CUPOOL_TEST_MODES $vars "$src/tests/run-test.sh" "$@"
     rc=$?
     if ! grep -q "ERROR SUMMARY" "$base.sanitizer.log" 2>/dev/null ||
         { [ "$stats" = 1 ] && ! grep -q "cupool: statistics" "$base.out"; }; then
@@ -70,7 +74,7 @@ if [ "${1:-}" = "--sanitize" ]; then
         mv "$base.sanitizer.log" "$base.form-a.sanitizer.log" 2>/dev/null
         form=b
         # shellcheck disable=SC2086
-        env -u CUPOOL_FREE -u CUPOOL_STATS $vars LD_PRELOAD="$CUPOOL_LIBRARY" sh -c \
+        env -u CUPOOL_FREE -u CUPOOL_STATS -u CUPOOL_TEST_MODES $vars LD_PRELOAD="$CUPOOL_LIBRARY" sh -c \
             "$(command -v compute-sanitizer) --tool memcheck --track-stream-ordered-races all --target-processes all \
              --report-api-errors no --error-exitcode 86 --log-file '$base.sanitizer.log' \"\$@\" >'$base.out' 2>&1" sh "$@"
         rc=$?

@@ -295,6 +295,48 @@ cupool_context_t *cupool_context_of(CUcontext ctx)
     return c;
 }
 
+/* Orders a new stream after the allocations cupool made on its private
+ * stream, explicitly.  compute-sanitizer's stream-ordered checker does not
+ * order a stream created after an allocation behind it, even once the host
+ * has synchronized: it reports the stream's first use of the block as
+ * use-before-alloc, for plain cuMemAllocAsync programs too (measured: alloc +
+ * cuStreamSynchronize, then cuStreamCreate and a memset on the new stream).
+ * A wait on an event recorded on cupool's stream gives the checker that
+ * order; on the GPU the wait is one more dependency of the new stream's
+ * first work, on allocations complete or about to be.  cupool's stream is
+ * non-blocking and holds nothing but cupool's allocations, so the wait adds
+ * no dependency on the program's own work.  The legacy stream (where
+ * `ordered` allocates) is not waited on: recording on it while another
+ * thread captures a blocking stream would invalidate that capture, and a
+ * blocking stream follows the legacy stream on the GPU anyway. */
+static void order_after_allocations(cupool_context_t *c, CUstream stream)
+{
+    if (!c->private_stream || atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return;
+    CUevent done;
+    if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+    if (real_cuEventRecord(done, c->private_stream) == CUDA_SUCCESS) real_cuStreamWaitEvent(stream, done, 0);
+    real_cuEventDestroy_v2(done);
+}
+
+/* The contexts whose per-thread stream the calling thread has ordered;
+ * a few suffice (a thread rarely works in more contexts than that, and one
+ * it forgets is ordered again, which is harmless). */
+#define ORDERED_PTDS_MAX 8
+static CUPOOL_THREAD_LOCAL CUcontext ordered_ptds[ORDERED_PTDS_MAX];
+static CUPOOL_THREAD_LOCAL unsigned ordered_ptds_next;
+
+/* A thread's per-thread default stream is created by the driver at its
+ * first use, which cupool does not see: at the thread's first call in a
+ * context, cupool orders that stream behind the allocations so far (which
+ * also creates it, before the thread's own allocations). */
+static void order_thread_stream(cupool_context_t *c)
+{
+    for (int i = 0; i < ORDERED_PTDS_MAX; i++)
+        if (ordered_ptds[i] == c->ctx) return;
+    ordered_ptds[ordered_ptds_next++ % ORDERED_PTDS_MAX] = c->ctx;
+    order_after_allocations(c, CU_STREAM_PER_THREAD);
+}
+
 cupool_context_t *cupool_current_context(void)
 {
     CUcontext ctx = NULL;
@@ -302,6 +344,7 @@ cupool_context_t *cupool_current_context(void)
     unsigned gen = atomic_load_explicit(&generation, memory_order_acquire);
     if (CUPOOL_LIKELY(cache.ctx == ctx && cache.generation == gen && cache.state)) return cache.state;
     cupool_context_t *c = cupool_context_of(ctx);
+    if (c) order_thread_stream(c);
     cache.ctx = ctx;
     cache.state = c;
     cache.generation = gen;
@@ -602,29 +645,6 @@ CUPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 }
 
 /* ---- streams ------------------------------------------------------------- */
-
-/* Orders a new stream after the allocations cupool made on its private
- * stream, explicitly.  compute-sanitizer's stream-ordered checker does not
- * order a stream created after an allocation behind it, even once the host
- * has synchronized: it reports the stream's first use of the block as
- * use-before-alloc, for plain cuMemAllocAsync programs too (measured: alloc +
- * cuStreamSynchronize, then cuStreamCreate and a memset on the new stream).
- * A wait on an event recorded on cupool's stream gives the checker that
- * order; on the GPU the wait is one more dependency of the new stream's
- * first work, on allocations complete or about to be.  cupool's stream is
- * non-blocking and holds nothing but cupool's allocations, so the wait adds
- * no dependency on the program's own work.  The legacy stream (where
- * `ordered` allocates) is not waited on: recording on it while another
- * thread captures a blocking stream would invalidate that capture, and a
- * blocking stream follows the legacy stream on the GPU anyway. */
-static void order_after_allocations(cupool_context_t *c, CUstream stream)
-{
-    if (!c->private_stream || atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return;
-    CUevent done;
-    if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
-    if (real_cuEventRecord(done, c->private_stream) == CUDA_SUCCESS) real_cuStreamWaitEvent(stream, done, 0);
-    real_cuEventDestroy_v2(done);
-}
 
 void cupool_track_stream(CUstream stream, unsigned flags)
 {

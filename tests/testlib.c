@@ -184,11 +184,30 @@ void tl_child_dump(const char *what, const tl_child_t *child)
             child->out ? child->out : "", child->err ? child->err : "");
 }
 
+/* Whether `word` is one of the words of `list` (separated by spaces or commas). */
+static int tl_word_in(const char *word, const char *list)
+{
+    size_t len = strlen(word);
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, " ,");
+        if (n == len && strncmp(p, word, len) == 0) return 1;
+        p += n;
+        p += strspn(p, " ,");
+    }
+    return 0;
+}
+
 int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, int timeout_s,
                  int (*check)(const char *mode, const tl_child_t *child))
 {
-    int failed = 0;
+    int failed = 0, ran = 0;
+    const char *only = getenv("CUPOOL_TEST_MODES");
     for (int i = 0; i < nmodes; i++) {
+        if (only && *only && !tl_word_in(modes[i], only)) {
+            printf("mode %-8s skipped (CUPOOL_TEST_MODES=%s)\n", modes[i], only);
+            continue;
+        }
+        ran++;
         int native = strcmp(modes[i], "native") == 0;
         char setting[64];
         snprintf(setting, sizeof setting, "CUPOOL_FREE=%s", native ? "auto" : modes[i]);
@@ -207,6 +226,10 @@ int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, i
         }
         printf("mode %-8s %s\n", modes[i], ok ? "passed" : "FAILED");
         tl_child_free(&c);
+    }
+    if (!ran) {
+        printf("no mode of this test is in CUPOOL_TEST_MODES=%s\n", only);
+        exit(77);
     }
     return failed;
 }

@@ -55,7 +55,10 @@ void tl_child_dump(const char *what, const tl_child_t *child);
  * `env`, a NULL-terminated list as for tl_run_self, may be NULL; the mode
  * "native" runs it without cupool), prints what each printed and "mode M
  * passed" or "FAILED".  A run passes when it exits 0 and `check` (may be
- * NULL) returns nonzero.  Returns the number of modes that failed. */
+ * NULL) returns nonzero.  Returns the number of modes that failed.
+ * CUPOOL_TEST_MODES (words separated by spaces or commas) runs only the
+ * modes it names, so that each mode can run alone under a tool such as
+ * compute-sanitizer; a test none of whose modes it names exits 77 (skip). */
 int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, int timeout_s,
                  int (*check)(const char *mode, const tl_child_t *child));
 
