@@ -261,16 +261,30 @@ __attribute__((optimize("O2", "optimize-sibling-calls"))) static void *lookup(vo
 }
 
 /* dlsym is exported at both versions glibc has used, so old and new binaries
- * alike bind to it. */
-__attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_EXPORT void *cupool_dlsym_2_2_5(void *handle,
-                                                                                                const char *name)
+ * alike bind to it.  The symver attribute survives link-time optimisation,
+ * where a top-level .symver directive does not; older compilers lack it. */
+#ifdef __has_attribute
+#if __has_attribute(symver)
+#define CUPOOL_SYMVER(name) __attribute__((symver(name)))
+#endif
+#endif
+#ifdef CUPOOL_SYMVER
+#define CUPOOL_SYMVER_ASM 0
+#else
+#define CUPOOL_SYMVER(name)
+#define CUPOOL_SYMVER_ASM 1
+#endif
+#define CUPOOL_DLSYM_ATTRIBUTES __attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_EXPORT
+
+CUPOOL_DLSYM_ATTRIBUTES CUPOOL_SYMVER("dlsym@GLIBC_2.2.5") void *cupool_dlsym_2_2_5(void *handle, const char *name)
 {
     return lookup(handle, name);
 }
-__attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_EXPORT void *cupool_dlsym_2_34(void *handle,
-                                                                                               const char *name)
+CUPOOL_DLSYM_ATTRIBUTES CUPOOL_SYMVER("dlsym@@GLIBC_2.34") void *cupool_dlsym_2_34(void *handle, const char *name)
 {
     return lookup(handle, name);
 }
+#if CUPOOL_SYMVER_ASM
 __asm__(".symver cupool_dlsym_2_2_5, dlsym@GLIBC_2.2.5");
 __asm__(".symver cupool_dlsym_2_34, dlsym@@GLIBC_2.34");
+#endif

@@ -2,8 +2,17 @@
  * The pointer-origin table (origin.h), sharded so that threads allocating
  * and freeing at once rarely meet on a lock: the pointer picks one of 64
  * shards, each a uthash table under its own spin lock (common.h), held only
- * for the hash operation itself.  Entries are recycled through a per-shard
- * free list so the steady state makes no host allocations.
+ * for the hash operation itself.
+ *
+ * A pool hands the same addresses out again and again (a program's loop
+ * allocates the same sizes in the same order), so a block's entry is not
+ * unlinked when the block goes back to its pool: it stays in the table,
+ * retired, and the next allocation at that address revives it with one
+ * lookup instead of an unlink now and an insertion then.  Lookups do not
+ * see retired entries.  Each shard keeps at most RETIRED_MAX of them, the
+ * least recently retired going first; unlinked entries are recycled
+ * through a per-shard free list, so the steady state makes no host
+ * allocations.
  */
 #include "origin.h"
 
@@ -22,16 +31,21 @@
 #include <uthash.h>
 
 #define SHARDS 64
+#define RETIRED_MAX 64 /* per shard: 4096 addresses, about 600 KB of entries */
 
 typedef struct entry {
     cupool_origin_t origin;
+    int retired;                 /* the block is back in its pool */
+    struct entry *older, *newer; /* the shard's retired entries, by age */
     UT_hash_handle hh;
 } entry_t;
 
 typedef struct shard {
     cupool_spinlock_t lock;
     entry_t *table;
-    entry_t *spare; /* recycled entries, chained through hh.next */
+    entry_t *spare;            /* unlinked entries, chained through hh.next */
+    entry_t *newest, *oldest;  /* retired entries */
+    int nretired;
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[SHARDS];
@@ -54,6 +68,43 @@ static void recycle(shard_t *s, entry_t *e)
     s->spare = e;
 }
 
+/* Takes a retired entry off the age list; shard lock held. */
+static void unlist(shard_t *s, entry_t *e)
+{
+    if (e->newer) e->newer->older = e->older;
+    else s->newest = e->older;
+    if (e->older) e->older->newer = e->newer;
+    else s->oldest = e->newer;
+    s->nretired--;
+}
+
+/* The block of a live entry went (or is about to go) back to its pool:
+ * the entry stays for the next allocation at its address; shard lock held. */
+static void retire(shard_t *s, entry_t *e)
+{
+    if (s->nretired == RETIRED_MAX) {
+        entry_t *oldest = s->oldest;
+        unlist(s, oldest);
+        recycle(s, oldest);
+    }
+    e->retired = 1;
+    e->origin.owner = NULL; /* a context that goes away leaves nothing here */
+    e->older = s->newest;
+    e->newer = NULL;
+    if (s->newest) s->newest->newer = e;
+    else s->oldest = e;
+    s->newest = e;
+    s->nretired++;
+}
+
+/* The live entry of ptr, or NULL; shard lock held. */
+static entry_t *live(shard_t *s, CUdeviceptr ptr)
+{
+    entry_t *e;
+    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    return e && !e->retired ? e : NULL;
+}
+
 static shard_t *shard_of(CUdeviceptr ptr)
 {
     /* Pool blocks are at least 256-byte aligned: mix the higher bits. */
@@ -74,14 +125,23 @@ int cupool_origin_insert(const cupool_origin_t *origin)
     shard_t *s = shard_of(origin->ptr);
     shard_lock(s);
     if (CUPOOL_UNLIKELY(!s->table)) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
-    entry_t *e = s->spare;
-    if (e) s->spare = e->hh.next;
-    else if (!(e = malloc(sizeof *e))) {
-        shard_unlock(s);
-        return -1;
+    entry_t *e;
+    HASH_FIND(hh, s->table, &origin->ptr, sizeof origin->ptr, e);
+    if (e) {
+        /* Retired, as a rule; a live one would be a block the driver handed
+         * out twice, and the newer record is the one that holds. */
+        if (e->retired) unlist(s, e);
+    } else {
+        if ((e = s->spare)) s->spare = e->hh.next;
+        else if (!(e = malloc(sizeof *e))) {
+            shard_unlock(s);
+            return -1;
+        }
+        e->origin.ptr = origin->ptr;
+        HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
     }
     e->origin = *origin;
-    HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
+    e->retired = 0;
     shard_unlock(s);
     return 0;
 }
@@ -90,12 +150,11 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
 {
     if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
-    entry_t *e;
     shard_lock(s);
-    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    entry_t *e = live(s, ptr);
     if (e) {
         *out = e->origin;
-        recycle(s, e);
+        retire(s, e);
     }
     shard_unlock(s);
     return e ? 0 : -1;
@@ -106,10 +165,9 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
     *kept = 0;
     if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
-    entry_t *e;
     int result = -1;
     shard_lock(s);
-    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    entry_t *e = live(s, ptr);
     if (e && e->origin.freed) {
         result = 1;
         *out = e->origin;
@@ -119,7 +177,7 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
         if ((*kept = keep(&e->origin))) {
             e->origin.freed = 1;
         } else {
-            recycle(s, e);
+            retire(s, e);
         }
     }
     shard_unlock(s);
@@ -130,9 +188,8 @@ int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)
 {
     if (!ptr) return -1; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
-    entry_t *e;
     shard_lock(s);
-    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    entry_t *e = live(s, ptr);
     if (e) *out = e->origin;
     shard_unlock(s);
     return e ? 0 : -1;
@@ -146,9 +203,9 @@ void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_o
         shard_lock(s);
         HASH_ITER(hh, s->table, e, tmp)
         {
-            if (e->origin.owner != owner || e->origin.freed || !e->origin.ptr) continue;
+            if (e->retired || e->origin.owner != owner || e->origin.freed || !e->origin.ptr) continue;
             fn(&e->origin, arg);
-            recycle(s, e);
+            recycle(s, e); /* not retire(): its eviction could unlink `tmp` */
         }
         shard_unlock(s);
     }
