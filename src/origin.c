@@ -33,12 +33,14 @@
 #define SHARDS 64
 #define RETIRED_MAX 64 /* per shard: 4096 addresses, about 600 KB of entries */
 
+/* Cache-line aligned: entries of different threads' blocks, written on
+ * every allocation and free, never share a line. */
 typedef struct entry {
     cupool_origin_t origin;
     int retired;                 /* the block is back in its pool */
     struct entry *older, *newer; /* the shard's retired entries, by age */
     UT_hash_handle hh;
-} entry_t;
+} __attribute__((aligned(64))) entry_t;
 
 typedef struct shard {
     cupool_spinlock_t lock;
@@ -133,7 +135,7 @@ int cupool_origin_insert(const cupool_origin_t *origin)
         if (e->retired) unlist(s, e);
     } else {
         if ((e = s->spare)) s->spare = e->hh.next;
-        else if (!(e = malloc(sizeof *e))) {
+        else if (!(e = aligned_alloc(_Alignof(entry_t), sizeof *e))) {
             shard_unlock(s);
             return -1;
         }
