@@ -2,7 +2,8 @@
  * Proves bad input gets exactly the driver's own answer through cupool (the
  * libeatmydata rule: keep each function's contract, errors included).  A
  * table of bad calls -- NULL out-pointers, size 0, a bogus pointer, a double
- * free, a pointer into the middle of a block, a free after the block's
+ * free (at once, and after enough traffic that cupool has dropped the
+ * block's record), a pointer into the middle of a block, a free after the block's
  * context was destroyed, bad cuMemAllocPitch arguments, cuMemGetInfo with NULL,
  * calls before cuInit and without a context -- runs natively in a child
  * without cupool and then with cupool in every free mode and with every
@@ -83,6 +84,19 @@ static CUresult double_free_later(void)
     CHECK_CU(cuMemFree(p));
     CHECK_CU(cuMemAlloc(&q, 1 << 20));
     CHECK_CU(cuMemFree(q));
+    return cuMemFree(p);
+}
+static CUresult double_free_after_churn(void)
+{
+    /* Enough blocks come and go that cupool's table drops the records it
+     * keeps of freed blocks (origin.c), p's among them. */
+    enum { CHURN = 10000 };
+    static CUdeviceptr q[CHURN];
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 4096));
+    CHECK_CU(cuMemFree(p));
+    for (int i = 0; i < CHURN; i++) CHECK_CU(cuMemAlloc(&q[i], 4096));
+    for (int i = 0; i < CHURN; i++) CHECK_CU(cuMemFree(q[i]));
     return cuMemFree(p);
 }
 static CUresult free_interior(void)
@@ -227,6 +241,7 @@ static const struct row {
     {"cuMemFree(host pointer)", free_host_pointer, 1},
     {"double cuMemFree", double_free, 1},
     {"double cuMemFree after other traffic", double_free_later, 1},
+    {"double cuMemFree after 10,000 blocks came and went", double_free_after_churn, 1},
     {"cuMemFree(p + 256)", free_interior, 1},
     {"cuMemFree(p + size)", free_end, 1},
     {"cuMemFreeAsync(bogus)", free_async_bogus, 1},
