@@ -31,7 +31,7 @@
 #include <uthash.h>
 
 #define SHARDS 64
-#define RETIRED_MAX 64 /* per shard: 4096 addresses, about 600 KB of entries */
+#define RETIRED_MAX 64 /* per shard: 4096 addresses, 512 KB of entries */
 
 /* Cache-line aligned: entries of different threads' blocks, written on
  * every allocation and free, never share a line. */
