@@ -229,7 +229,7 @@ int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, i
     }
     if (!ran) {
         printf("no mode of this test is in CUPOOL_TEST_MODES=%s\n", only);
-        exit(77);
+        exit(CHECK_SKIP);
     }
     return failed;
 }
