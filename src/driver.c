@@ -140,6 +140,7 @@ const char *cupool_result_name(CUresult result)
 /* ---- the call bracket ---------------------------------------------------- */
 
 int cupool_timing;
+int cupool_under_sanitizer;
 
 uint64_t cupool_now_ns(void)
 {
@@ -181,6 +182,9 @@ static void start(void)
     if (cupool_option(CUPOOL_OPT_VERBOSE)) cupool_options_print();
     cupool_log_open();
     cupool_timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
+    /* Its injection library, libsanitizer-collection.so, comes in this way. */
+    const char *injection = getenv("CUDA_INJECTION64_PATH");
+    cupool_under_sanitizer = injection && strstr(injection, "sanitizer");
     atexit(at_exit);
     cupool_pools_start();
     atomic_store(&cupool_started, 1);
