@@ -182,9 +182,9 @@ static void start(void)
     if (cupool_option(CUPOOL_OPT_VERBOSE)) cupool_options_print();
     cupool_log_open();
     cupool_timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
-    /* Its injection library, libsanitizer-collection.so, comes in this way. */
-    const char *injection = getenv("CUDA_INJECTION64_PATH");
-    cupool_under_sanitizer = injection && strstr(injection, "sanitizer");
+    /* compute-sanitizer preloads its injection libraries and hands the
+     * target the port of its channel back to the tool in this variable. */
+    cupool_under_sanitizer = getenv("NV_SANITIZER_INJECTION_PORT_BASE") != NULL;
     atexit(at_exit);
     cupool_pools_start();
     atomic_store(&cupool_started, 1);
