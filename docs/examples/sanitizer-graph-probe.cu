@@ -5,14 +5,22 @@
 #include <cstdlib>
 #define CK(x) do { cudaError_t e_ = (x); if (e_) { printf("%s -> %s\n", #x, cudaGetErrorString(e_)); return 2; } } while (0)
 __global__ void fill(char *p, size_t n) { size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; if (i < n) p[i] = 1; }
-static int graph_fill(char *p, size_t n, cudaStream_t s, int roots = 1) {
+static int graph_fill(char *p, size_t n, cudaStream_t s, int roots = 1, int generic = 0) {
     cudaGraph_t g; cudaGraphExec_t e; cudaGraphNode_t k, other;
     CK(cudaGraphCreate(&g, 0));
     if (roots > 1) CK(cudaGraphAddEmptyNode(&other, g, NULL, 0)); /* a second root, unconnected */
     void *args[] = {&p, &n};
     cudaKernelNodeParams kp = {};
     kp.func = (void *)fill; kp.gridDim = dim3((unsigned)(n / 256)); kp.blockDim = dim3(256); kp.kernelParams = args;
-    CK(cudaGraphAddKernelNode(&k, g, NULL, 0, &kp));
+    if (generic) { /* the same node through the generic entry point */
+        cudaGraphNodeParams np = {};
+        np.type = cudaGraphNodeTypeKernel;
+        np.kernel.func = kp.func; np.kernel.gridDim = kp.gridDim; np.kernel.blockDim = kp.blockDim;
+        np.kernel.kernelParams = kp.kernelParams;
+        CK(cudaGraphAddNode(&k, g, NULL, NULL, 0, &np));
+    } else {
+        CK(cudaGraphAddKernelNode(&k, g, NULL, 0, &kp));
+    }
     CK(cudaGraphInstantiate(&e, g, 0));
     CK(cudaGraphLaunch(e, s));
     CK(cudaStreamSynchronize(s));
@@ -55,6 +63,9 @@ int main(int argc, char **argv) {
         case 9: /* alloc on P, the host polls cudaStreamQuery(P) until done, kernel on X */
             CK(cudaMallocAsync((void **)&p, n, P)); while (cudaStreamQuery(P) == cudaErrorNotReady) {}
             fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, X)); break;
+        case 11: /* as 2, the kernel node added with cudaGraphAddNode */
+            CK(cudaMallocAsync((void **)&p, n, 0)); CK(cudaDeviceSynchronize());
+            if (graph_fill(p, n, X, 1, 1)) return 2; CK(cudaFreeAsync(p, 0)); break;
         case 10: /* as 9 with cudaStreamSynchronize(P) in place of the polling */
             CK(cudaMallocAsync((void **)&p, n, P)); CK(cudaStreamSynchronize(P));
             fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, X)); break;
