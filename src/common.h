@@ -171,10 +171,6 @@ typedef struct cupool_call {
 } cupool_call_t;
 
 extern int cupool_timing; /* log or stats need timestamps */
-/* compute-sanitizer is attached: it orders a stream's work before the
- * host's only through synchronize calls, not through a query that found the
- * stream done, so cupool waits with the former where it would ask. */
-extern int cupool_under_sanitizer;
 uint64_t cupool_now_ns(void);
 
 static inline void cupool_call_begin(cupool_call_t *c, int sym)

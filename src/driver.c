@@ -140,7 +140,6 @@ const char *cupool_result_name(CUresult result)
 /* ---- the call bracket ---------------------------------------------------- */
 
 int cupool_timing;
-int cupool_under_sanitizer;
 
 uint64_t cupool_now_ns(void)
 {
@@ -182,9 +181,6 @@ static void start(void)
     if (cupool_option(CUPOOL_OPT_VERBOSE)) cupool_options_print();
     cupool_log_open();
     cupool_timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
-    /* compute-sanitizer preloads its injection libraries and hands the
-     * target the port of its channel back to the tool in this variable. */
-    cupool_under_sanitizer = getenv("NV_SANITIZER_INJECTION_PORT_BASE") != NULL;
     atexit(at_exit);
     cupool_pools_start();
     atomic_store(&cupool_started, 1);

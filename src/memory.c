@@ -28,9 +28,8 @@ static CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdevice
          * nearly always complete at once: a query says so for less than a
          * synchronize costs (PyTorch on a non-blocking stream, H200: a step
          * 17.7/20.7 ms -> 16.6/17.8 ms in two rounds).  Both promise the
-         * same: every operation of the stream has completed (but only the
-         * synchronize is seen by compute-sanitizer, common.h). */
-        CUresult s = cupool_under_sanitizer ? CUDA_ERROR_NOT_READY : real_cuStreamQuery(c->private_stream);
+         * same: every operation of the stream has completed. */
+        CUresult s = real_cuStreamQuery(c->private_stream);
         if (s == CUDA_ERROR_NOT_READY) s = real_cuStreamSynchronize(c->private_stream);
         if (s != CUDA_SUCCESS) {
             real_cuMemFreeAsync(*dptr, c->private_stream);
