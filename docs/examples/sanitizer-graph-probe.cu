@@ -66,6 +66,12 @@ int main(int argc, char **argv) {
         case 11: /* as 2, the kernel node added with cudaGraphAddNode */
             CK(cudaMallocAsync((void **)&p, n, 0)); CK(cudaDeviceSynchronize());
             if (graph_fill(p, n, X, 1, 1)) return 2; CK(cudaFreeAsync(p, 0)); break;
+        case 12: /* as 2, then a memset on the legacy stream the host does not wait for, then the graph on X */
+            CK(cudaMallocAsync((void **)&p, n, 0)); CK(cudaDeviceSynchronize()); CK(cudaMemsetAsync(p, 0, n, 0));
+            if (graph_fill(p, n, X)) return 2; CK(cudaFreeAsync(p, 0)); break;
+        case 13: /* as 12 with the kernel launched on X directly, no graph */
+            CK(cudaMallocAsync((void **)&p, n, 0)); CK(cudaDeviceSynchronize()); CK(cudaMemsetAsync(p, 0, n, 0));
+            fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, 0)); break;
         case 10: /* as 9 with cudaStreamSynchronize(P) in place of the polling */
             CK(cudaMallocAsync((void **)&p, n, P)); CK(cudaStreamSynchronize(P));
             fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, X)); break;
