@@ -11,6 +11,11 @@ SAN="compute-sanitizer --tool memcheck --track-stream-ordered-races all --report
 mkdir -p $B && (cd $B && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda >/dev/null &&
     make -j16 >/dev/null 2>&1 && make -j16 tests/memset/test_memset_api >/dev/null 2>&1) || { echo build failed; exit 1; }
 nvcc -O2 -arch=native -o $OUT/gp docs/examples/sanitizer-graph-probe.cu || exit 1
+gcc -O2 -I/usr/local/cuda/include -o $OUT/mp docs/examples/sanitizer-module-probe.c -L/usr/local/nvidia/lib64 -lcuda || exit 1
+for own in 1 0; do for size in 1048576 1073741824; do for graph in 1 0; do for first in 0 1; do
+    $SAN --log-file $OUT/mp.log $OUT/mp $own $size $graph $first
+    grep -h 'ERROR SUMMARY' $OUT/mp.log
+done; done; done; done
 for v in 2 7 8 9 10 11 12 13; do
     $SAN --log-file $OUT/gp$v.log $OUT/gp $v >$OUT/gp$v.out 2>&1
     echo "variant $v rc $? $(grep -h 'ERROR SUMMARY' $OUT/gp$v.log)"
@@ -25,6 +30,11 @@ variant() { # name sed-expression
     echo "$1 rc $? $(grep -h 'ERROR SUMMARY' $OUT/$1.log)"
 }
 variant as_committed 's|^$||'
+for policy in default split; do
+    CUPOOL_POLICY=$policy CUPOOL_BUILDDIR=$B CUPOOL_TEST_DRIVER=real CUPOOL_TEST_MODES=auto $SAN \
+        --log-file $OUT/policy-$policy.log tests/run-test.sh $B/tests/memset/test_memset_api >/dev/null 2>&1
+    echo "CUPOOL_POLICY=$policy $(grep -h 'ERROR SUMMARY' $OUT/policy-$policy.log)"
+done
 variant sync_after_alloc 's|    CHECK_CU(cuMemAlloc(&buf, BUF_SIZE));|&\n    CHECK_CU(cuCtxSynchronize()); { CUdeviceptr t; CHECK_CU(cuMemAlloc(\&t, 4096)); CHECK_CU(cuMemFree(t)); }|'
 variant m2_via_memset_node 's|CHECK_CU(add_node_v1(&m2, g, NULL, 0, &np2));|CHECK_CU(cuGraphAddMemsetNode(\&m2, g, NULL, 0, \&p2, ctx));|'
 variant sync_after_reset '0,/^    reset();$/s//    reset();\n    CHECK_CU(cuCtxSynchronize());/'
