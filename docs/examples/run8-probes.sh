@@ -43,3 +43,10 @@ make -C $B tests/memset/test_memset_api >/dev/null 2>&1
 # PyTorch train, 6 interleaved rounds
 python3 bench/torch_bench.py --cupool $B/scripts/cupool --library $B/.libs/libcupool.so --out $OUT/torch \
     --configs caching,cudaMallocAsync,nocache-cupool,nocache-cupool-ordered --workloads train --rounds 6
+# Not yet run on the GPU (written at the session's end, checked on the simulator only):
+# test_memset_api's first graph without cupool, variants 1-5 (see the file's header).
+gcc -O2 -I/usr/local/cuda/include -o $OUT/agp docs/examples/sanitizer-api-graph-probe.c -L/usr/local/nvidia/lib64 -lcuda || exit 1
+for v in 1 2 3 4 5; do
+    $SAN --log-file $OUT/agp$v.log $OUT/agp $v
+    grep -h 'ERROR SUMMARY' $OUT/agp$v.log
+done
