@@ -71,7 +71,9 @@ def torch_rounds(results):
     if not rounds or rounds < 2:
         return ""
     return (" Every configuration ran %d times, interleaved with the others, and keeps its run with the "
-            "lowest median." % rounds)
+            "lowest median (*time ratio*: lowest against lowest). *paired ratio* is the median over the "
+            "rounds of the configuration's time over the reference's in the same round, which a drift "
+            "shared by neighbouring processes does not move." % rounds)
 
 
 def section_alloc(results):
@@ -109,7 +111,7 @@ def section_alloc(results):
     return "\n".join(text) + "\n"
 
 
-def section_framework(results, name, ref_name, unit):
+def section_framework(results, name, ref_config, ref_name, unit):
     d = load(results, name)
     if not d:
         return "Not measured yet.\n"
@@ -120,12 +122,16 @@ def section_framework(results, name, ref_name, unit):
             workloads.append(r.get("workload"))
     for wl in workloads:
         rows = [r for r in d["rows"] if r.get("workload") == wl]
+        ref = next((r for r in rows if r.get("config") == ref_config and r.get("ok")), None)
         for r in rows:
             if not r.get("ok"):
                 r["ms_median"] = "failed"
+            elif ref and "time_ratio_paired" not in r:  # results from before the column
+                r["time_ratio_paired"] = B.paired_ratio(r, ref)
         text.append("**%s** (%s; ratios against %s)\n" % (wl, unit, ref_name))
         text.append(md_table(rows, [("config", "configuration"), ("ms_median", "median ms"),
-                                    ("time_ratio", "time ratio"), ("peak_mib", "peak MiB"),
+                                    ("time_ratio", "time ratio"), ("time_ratio_paired", "paired ratio"),
+                                    ("peak_mib", "peak MiB"),
                                     ("mem_ratio", "memory ratio"), ("result_diff", "result rel. diff")]))
         text.append("")
     text.append(picture(results, name, name))
@@ -293,12 +299,12 @@ def main():
              "memory is device memory in use (NVML) above the level right after CUDA initialisation, "
              "sampled after every step. *result rel. diff* compares the final loss (train) or the checksum "
              "of the outputs (infer) with the caching allocator's.%s\n" % torch_rounds(results))
-    p.append(section_framework(results, "torch", "the caching allocator", "ms per step or forward"))
+    p.append(section_framework(results, "torch", "caching", "the caching allocator", "ms per step or forward"))
     p.append("## CuPy\n")
     p.append("Elementwise chains, reductions and matmuls over a seeded list of 200 square shapes "
              "(256–2048) per pass, median of 5 passes after a warm-up pass; *default* on CuPy's legacy "
              "default stream, *stream* in a non-blocking `cupy.cuda.Stream`.\n")
-    p.append(section_framework(results, "cupy", "CuPy's memory pool", "ms per iteration"))
+    p.append(section_framework(results, "cupy", "pool", "CuPy's memory pool", "ms per iteration"))
     p.append("## CUDA runtime program: `bench/loop.cu`\n")
     p.append("`cudaMalloc`/`cudaFree` of two buffers per stream and iteration around three kernels on two "
              "non-blocking streams, results verified on the device; built with `nvcc -O2 -cudart static` "
