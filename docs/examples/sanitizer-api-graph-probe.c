@@ -10,25 +10,15 @@
  * 2 m2 alone          3 as 1 with m2 after root          4 as 1 without m1
  * 5 as 1 on a cuMemAlloc block (not stream-ordered: the control)
  * Build: cc -I/usr/local/cuda/include -o probe sanitizer-api-graph-probe.c -lcuda */
-#include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../src/fill_ptx.h"
+#include "driver_probe.h"
 #include "../../src/graph.h"
 
-#define CK(x)                                                                    \
-    do {                                                                         \
-        CUresult r_ = (x);                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                \
-            const char *n_ = "?";                                                \
-            cuGetErrorName(r_, &n_);                                             \
-            printf("%s -> %s\n", #x, n_);                                        \
-            exit(2);                                                             \
-        }                                                                        \
-    } while (0)
 
 static CUcontext ctx;
 static CUfunction fill[3];
@@ -68,10 +58,7 @@ int main(int argc, char **argv)
 {
     int v = argc > 1 ? atoi(argv[1]) : 1;
     CUdevice dev;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    ctx = probe_context(&dev);
     int sms = 0;
     CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     max_blocks = (unsigned)sms * CUPOOL_FILL_BLOCKS_PER_SM;

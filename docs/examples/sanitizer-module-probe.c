@@ -7,23 +7,13 @@
  * SIZE: bytes of the allocation; GRAPH: 1 a graph kernel node, 0 cuLaunchKernel;
  * LOAD_FIRST: 1 load the module before the allocation, 0 after it.
  * Build: cc -I/usr/local/cuda/include -o probe sanitizer-module-probe.c -lcuda */
-#include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "../../src/fill_ptx.h"
+#include "driver_probe.h"
 
-#define CK(x)                                                                    \
-    do {                                                                         \
-        CUresult r_ = (x);                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                \
-            const char *n_ = "?";                                                \
-            cuGetErrorName(r_, &n_);                                             \
-            printf("%s -> %s\n", #x, n_);                                        \
-            return 2;                                                            \
-        }                                                                        \
-    } while (0)
 
 int main(int argc, char **argv)
 {
@@ -34,11 +24,7 @@ int main(int argc, char **argv)
     int own = atoi(argv[1]), graph = atoi(argv[3]), load_first = atoi(argv[4]);
     size_t size = strtoull(argv[2], NULL, 0);
     CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    CUcontext ctx = probe_context(&dev);
     CUstream s;
     CK(cuStreamCreate(&s, 0));
     CUmodule m = NULL;
