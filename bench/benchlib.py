@@ -270,7 +270,8 @@ def compare_to_reference(bench, rows, workloads, reference, ref_label, result_ke
         print("\n%s %s: ms per %s (median), peak device memory above baseline (MiB)\n" % (bench, wl, unit_of(wl)))
         table([r for r in rows if r["workload"] == wl],
               [("config", "config"), ("ms_median", "ms"), ("time_ratio", "vs " + ref_label),
-               ("time_ratio_paired", "paired"), ("peak_mib", "peak MiB"), ("mem_ratio", "vs " + ref_label), ("result_diff", "result diff")])
+               ("time_ratio_paired", "paired"), ("peak_mib", "peak MiB"), ("mem_ratio", "vs " + ref_label),
+               ("result_diff", "result diff")])
     return checks
 
 

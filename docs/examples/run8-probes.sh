@@ -22,19 +22,19 @@ for v in 2 7 8 9 10 11 12 13; do
 done
 # test_memset_api variants: each edits the test, rebuilds it, runs it under the sanitizer, restores it.
 cp tests/memset/test_memset_api.c $OUT/orig.c
-variant() { # name sed-expression
-    cp $OUT/orig.c tests/memset/test_memset_api.c && sed -i "$2" tests/memset/test_memset_api.c
-    make -C $B tests/memset/test_memset_api >/dev/null 2>&1 || echo "rebuild $1 failed"
-    CUPOOL_BUILDDIR=$B CUPOOL_TEST_DRIVER=real CUPOOL_TEST_MODES=auto $SAN --log-file $OUT/$1.log \
-        tests/run-test.sh $B/tests/memset/test_memset_api >$OUT/$1.out 2>&1
-    echo "$1 rc $? $(grep -h 'ERROR SUMMARY' $OUT/$1.log)"
+variant() { # name sed-expression [NAME=VALUE...]
+    name=$1 edit=$2
+    shift 2
+    cp $OUT/orig.c tests/memset/test_memset_api.c && sed -i "$edit" tests/memset/test_memset_api.c
+    make -C $B tests/memset/test_memset_api >/dev/null 2>&1 || echo "rebuild $name failed"
+    env "$@" CUPOOL_BUILDDIR=$B CUPOOL_TEST_DRIVER=real CUPOOL_TEST_MODES=auto $SAN --log-file $OUT/$name.log \
+        tests/run-test.sh $B/tests/memset/test_memset_api >$OUT/$name.out 2>&1
+    echo "$name rc $? $(grep -h 'ERROR SUMMARY' $OUT/$name.log)"
 }
-variant as_committed 's|^$||'
-for policy in default split; do
-    CUPOOL_POLICY=$policy CUPOOL_BUILDDIR=$B CUPOOL_TEST_DRIVER=real CUPOOL_TEST_MODES=auto $SAN \
-        --log-file $OUT/policy-$policy.log tests/run-test.sh $B/tests/memset/test_memset_api >/dev/null 2>&1
-    echo "CUPOOL_POLICY=$policy $(grep -h 'ERROR SUMMARY' $OUT/policy-$policy.log)"
-done
+unchanged='s|^$||'
+variant as_committed "$unchanged"
+variant policy_default "$unchanged" CUPOOL_POLICY=default
+variant policy_split "$unchanged" CUPOOL_POLICY=split
 variant sync_after_alloc 's|    CHECK_CU(cuMemAlloc(&buf, BUF_SIZE));|&\n    CHECK_CU(cuCtxSynchronize()); { CUdeviceptr t; CHECK_CU(cuMemAlloc(\&t, 4096)); CHECK_CU(cuMemFree(t)); }|'
 variant m2_via_memset_node 's|CHECK_CU(add_node_v1(&m2, g, NULL, 0, &np2));|CHECK_CU(cuGraphAddMemsetNode(\&m2, g, NULL, 0, \&p2, ctx));|'
 variant sync_after_reset '0,/^    reset();$/s//    reset();\n    CHECK_CU(cuCtxSynchronize());/'

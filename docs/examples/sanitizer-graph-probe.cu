@@ -63,6 +63,9 @@ int main(int argc, char **argv) {
         case 9: /* alloc on P, the host polls cudaStreamQuery(P) until done, kernel on X */
             CK(cudaMallocAsync((void **)&p, n, P)); while (cudaStreamQuery(P) == cudaErrorNotReady) {}
             fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, X)); break;
+        case 10: /* as 9 with cudaStreamSynchronize(P) in place of the polling */
+            CK(cudaMallocAsync((void **)&p, n, P)); CK(cudaStreamSynchronize(P));
+            fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, X)); break;
         case 11: /* as 2, the kernel node added with cudaGraphAddNode */
             CK(cudaMallocAsync((void **)&p, n, 0)); CK(cudaDeviceSynchronize());
             if (graph_fill(p, n, X, 1, 1)) return 2; CK(cudaFreeAsync(p, 0)); break;
@@ -72,9 +75,6 @@ int main(int argc, char **argv) {
         case 13: /* as 12 with the kernel launched on X directly, no graph */
             CK(cudaMallocAsync((void **)&p, n, 0)); CK(cudaDeviceSynchronize()); CK(cudaMemsetAsync(p, 0, n, 0));
             fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, 0)); break;
-        case 10: /* as 9 with cudaStreamSynchronize(P) in place of the polling */
-            CK(cudaMallocAsync((void **)&p, n, P)); CK(cudaStreamSynchronize(P));
-            fill<<<n / 256, 256, 0, X>>>(p, n); CK(cudaStreamSynchronize(X)); CK(cudaFreeAsync(p, X)); break;
         }
         CK(cudaDeviceSynchronize());
     }
