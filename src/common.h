@@ -137,6 +137,12 @@ static inline uint64_t cupool_option(enum cupool_option id)
     if (CUPOOL_UNLIKELY(!atomic_load_explicit(&cupool_options_parsed, memory_order_acquire))) cupool_options_parse();
     return cupool_option_values[id];
 }
+/* The same, where cupool_active() has said yes: start() parsed every option
+ * before it published cupool_started, so the hot paths skip the check. */
+static inline uint64_t cupool_option_started(enum cupool_option id)
+{
+    return cupool_option_values[id];
+}
 const char *cupool_option_string(enum cupool_option id);
 /* Parse a size ("512", "64K", "1.5G", "unlimited"); 0 on success. */
 int cupool_parse_size(const char *text, uint64_t *out);
@@ -170,7 +176,8 @@ typedef struct cupool_call {
     uint64_t reserved;   /* pool bytes reserved after the call, when known */
 } cupool_call_t;
 
-extern int cupool_timing; /* log or stats need timestamps */
+extern int cupool_timing;     /* log or stats need timestamps */
+extern int cupool_count_used; /* something reads the devices' `used` counts (context.h) */
 uint64_t cupool_now_ns(void);
 
 static inline void cupool_call_begin(cupool_call_t *c, int sym)
@@ -185,8 +192,16 @@ static inline void cupool_call_begin(cupool_call_t *c, int sym)
     c->mode = -1;
     c->reserved = 0;
 }
-/* Counts the call, logs it, returns result unchanged. */
-CUresult cupool_call_end(cupool_call_t *c, CUresult result);
+/* Counts the call, logs it, returns result unchanged.  Inline: without
+ * log or statistics timing (start_ns 0) a call only counts itself. */
+CUresult cupool_call_end_timed(cupool_call_t *c, CUresult result);
+void cupool_stats_count(int sym);
+static inline CUresult cupool_call_end(cupool_call_t *c, CUresult result)
+{
+    if (CUPOOL_UNLIKELY(c->start_ns)) return cupool_call_end_timed(c, result);
+    cupool_stats_count(c->sym);
+    return result;
+}
 
 /* Opens a shim: makes sure the real function exists. */
 #define CUPOOL_SHIM_BEGIN(call, name)                                                                       \

@@ -131,11 +131,12 @@ static cupool_device_t *device_get(int ordinal)
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size)
 {
     if (!dev->pooled) return NULL;
-    if (size < cupool_option(CUPOOL_OPT_MIN_SIZE) || size > cupool_option(CUPOOL_OPT_MAX_SIZE)) return NULL;
-    uint64_t limit = cupool_option(CUPOOL_OPT_LIMIT);
+    if (size < cupool_option_started(CUPOOL_OPT_MIN_SIZE) || size > cupool_option_started(CUPOOL_OPT_MAX_SIZE))
+        return NULL;
+    uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (limit != CUPOOL_SIZE_UNLIMITED && atomic_load_explicit(&dev->used, memory_order_relaxed) + size > limit)
         return NULL;
-    if (dev->npools == 2 && size >= cupool_option(CUPOOL_OPT_SPLIT_SIZE)) return dev->pools[CUPOOL_POOL_LARGE];
+    if (dev->npools == 2 && size >= cupool_option_started(CUPOOL_OPT_SPLIT_SIZE)) return dev->pools[CUPOOL_POOL_LARGE];
     return dev->pools[CUPOOL_POOL_MAIN];
 }
 

@@ -65,7 +65,7 @@ cupool_context_t *cupool_context_of(CUcontext ctx);
  * and the pool-size queries of the log and statistics. */
 static inline void cupool_device_used(cupool_device_t *dev, int64_t delta)
 {
-    if (cupool_timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED)
+    if (cupool_count_used)
         atomic_fetch_add_explicit(&dev->used, (unsigned long long)delta, memory_order_relaxed);
 }
 
@@ -79,8 +79,22 @@ extern atomic_int cupool_captures;
 /* Whether a free of this block now is deferred (the block stays in the
  * origin table until it goes back to its pool). */
 int cupool_free_is_deferred(const cupool_origin_t *o);
-/* Frees a block the program freed, as cupool_free_is_deferred decided. */
-CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred);
+/* Frees a block the program freed, as cupool_free_is_deferred decided.
+ * Inline for `ordered`, the common case; the other modes and a failed free
+ * (the block then stays the program's) are out of line. */
+CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred, CUresult failed);
+void cupool_give_back_failed(CUdeviceptr ptr, CUresult r);
+static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+{
+    if (deferred || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
+        return cupool_free_block_slow(c, o, deferred, CUDA_SUCCESS);
+    /* On the legacy stream: ordered after the legacy, blocking and
+     * per-thread streams' uses in stream order too, not only in time. */
+    CUresult r = real_cuMemFreeAsync(o->ptr, CU_STREAM_LEGACY);
+    if (CUPOOL_LIKELY(r == CUDA_SUCCESS)) return r;
+    cupool_give_back_failed(o->ptr, r);
+    return cupool_free_block_slow(c, o, deferred, r);
+}
 /* Returns completed deferred blocks to their pools; wait = block until all are. */
 void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */

@@ -76,10 +76,14 @@ static void give_event(cupool_context_t *c, CUevent ev)
 static CUresult give_back(CUdeviceptr ptr, CUstream stream)
 {
     CUresult r = real_cuMemFreeAsync(ptr, stream);
-    if (r != CUDA_SUCCESS)
-        cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
-                       cupool_result_name(r));
+    if (r != CUDA_SUCCESS) cupool_give_back_failed(ptr, r);
     return r;
+}
+
+void cupool_give_back_failed(CUdeviceptr ptr, CUresult r)
+{
+    cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
+                   cupool_result_name(r));
 }
 
 /* Hands a list of blocks back to the pool; their users are all done.
@@ -260,14 +264,12 @@ int cupool_free_is_deferred(const cupool_origin_t *o)
            atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
 }
 
-CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred, CUresult failed)
 {
+    if (failed != CUDA_SUCCESS) return restore(o, failed);
     if (deferred) return defer(c, o, atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0);
-    CUresult r = CUDA_SUCCESS;
-    /* sync: the whole context first.  Then, in both modes, on the legacy
-     * stream: ordered after the legacy, blocking and per-thread streams'
-     * uses in stream order too, not only in time. */
-    if (atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED) r = real_cuCtxSynchronize();
+    /* sync: the whole context first, then on the legacy stream as ordered. */
+    CUresult r = real_cuCtxSynchronize();
     if (r == CUDA_SUCCESS) r = give_back(o->ptr, CU_STREAM_LEGACY);
     return r == CUDA_SUCCESS ? r : restore(o, r);
 }

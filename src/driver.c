@@ -140,6 +140,7 @@ const char *cupool_result_name(CUresult result)
 /* ---- the call bracket ---------------------------------------------------- */
 
 int cupool_timing;
+int cupool_count_used;
 
 uint64_t cupool_now_ns(void)
 {
@@ -148,16 +149,13 @@ uint64_t cupool_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-CUresult cupool_call_end(cupool_call_t *c, CUresult result)
+CUresult cupool_call_end_timed(cupool_call_t *c, CUresult result)
 {
-    uint64_t served = 0;
-    if (c->start_ns) {
-        uint64_t end = cupool_now_ns();
-        /* Time in cupool means the calls cupool served itself; the rest is
-         * the driver's own time, which the program would spend anyway. */
-        if (c->route == CUPOOL_ROUTE_POOL || c->route == CUPOOL_ROUTE_REWRITTEN) served = end - c->start_ns;
-        if (cupool_log_level >= 0) cupool_log_call(c, result, end);
-    }
+    uint64_t served = 0, end = cupool_now_ns();
+    /* Time in cupool means the calls cupool served itself; the rest is the
+     * driver's own time, which the program would spend anyway. */
+    if (c->route == CUPOOL_ROUTE_POOL || c->route == CUPOOL_ROUTE_REWRITTEN) served = end - c->start_ns;
+    if (cupool_log_level >= 0) cupool_log_call(c, result, end);
     cupool_stats_call(c->sym, served);
     return result;
 }
@@ -181,6 +179,7 @@ static void start(void)
     if (cupool_option(CUPOOL_OPT_VERBOSE)) cupool_options_print();
     cupool_log_open();
     cupool_timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
+    cupool_count_used = cupool_timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED;
     atexit(at_exit);
     cupool_pools_start();
     atomic_store(&cupool_started, 1);

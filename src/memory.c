@@ -12,14 +12,11 @@
 /* Allocation pitch the driver uses for cuMemAllocPitch on current GPUs. */
 #define PITCH_ALIGNMENT 512
 
-static CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size, int *mode)
+/* Private stream, complete before this returns: the block is ready for
+ * every stream.  Out of line, so that the ordered path saves no registers. */
+static __attribute__((noinline)) CUresult pool_alloc_private(cupool_context_t *c, CUmemoryPool pool,
+                                                             CUdeviceptr *dptr, size_t size)
 {
-    if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) cupool_reclaim(c, 0);
-    *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
-    if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0)
-        return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
-    /* Private stream, complete before this returns: the block is ready
-     * for every stream. */
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     CUresult r = real_cuMemAllocFromPoolAsync(dptr, size, pool, c->private_stream);
     if (r == CUDA_SUCCESS) {
@@ -38,6 +35,16 @@ static CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdevice
     }
     cupool_relaxed_end(previous);
     return r;
+}
+
+static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size,
+                                       int *mode)
+{
+    if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) cupool_reclaim(c, 0);
+    *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0)
+        return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
+    return pool_alloc_private(c, pool, dptr, size);
 }
 
 static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size, cupool_call_t *call)

@@ -9,9 +9,9 @@
  * unlinked when the block goes back to its pool: it stays in the table,
  * retired, and the next allocation at that address revives it with one
  * lookup instead of an unlink now and an insertion then.  Lookups do not
- * see retired entries.  Each shard keeps at most RETIRED_MAX of them, the
- * least recently retired going first; unlinked entries are recycled
- * through a per-shard free list, so the steady state makes no host
+ * see retired entries.  Each shard keeps at most RETIRED_MAX of them in a
+ * ring, the least recently retired going first; unlinked entries are
+ * recycled through a per-shard free list, so the steady state makes no host
  * allocations.
  */
 #include "origin.h"
@@ -37,17 +37,17 @@
  * every allocation and free, never share a line. */
 typedef struct entry {
     cupool_origin_t origin;
-    int retired;                 /* the block is back in its pool */
-    struct entry *older, *newer; /* the shard's retired entries, by age */
+    int retired;   /* the block is back in its pool */
+    unsigned slot; /* the ring slot it took when last retired */
     UT_hash_handle hh;
 } __attribute__((aligned(64))) entry_t;
 
 typedef struct shard {
     cupool_spinlock_t lock;
     entry_t *table;
-    entry_t *spare;            /* unlinked entries, chained through hh.next */
-    entry_t *newest, *oldest;  /* retired entries */
-    int nretired;
+    entry_t *spare;              /* unlinked entries, chained through hh.next */
+    unsigned next;               /* the ring slot the next retired entry takes */
+    entry_t *ring[RETIRED_MAX];  /* retired entries; the oldest at `next` */
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[SHARDS];
@@ -66,37 +66,26 @@ static void shard_unlock(shard_t *s)
 static void recycle(shard_t *s, entry_t *e)
 {
     HASH_DEL(s->table, e);
+    e->retired = 0; /* a stale ring slot naming it leaves it alone */
     e->hh.next = s->spare;
     s->spare = e;
 }
 
-/* Takes a retired entry off the age list; shard lock held. */
-static void unlist(shard_t *s, entry_t *e)
-{
-    if (e->newer) e->newer->older = e->older;
-    else s->newest = e->older;
-    if (e->older) e->older->newer = e->newer;
-    else s->oldest = e->newer;
-    s->nretired--;
-}
-
 /* The block of a live entry went (or is about to go) back to its pool:
- * the entry stays for the next allocation at its address; shard lock held. */
+ * the entry stays for the next allocation at its address, and the one
+ * retired RETIRED_MAX retirements ago leaves the table.  A ring slot is not
+ * cleared when its entry is revived: the entry it names goes only if it is
+ * still retired from that very slot (not revived, not retired again since,
+ * not recycled).  Shard lock held. */
 static void retire(shard_t *s, entry_t *e)
 {
-    if (s->nretired == RETIRED_MAX) {
-        entry_t *oldest = s->oldest;
-        unlist(s, oldest);
-        recycle(s, oldest);
-    }
+    entry_t *oldest = s->ring[s->next];
+    if (oldest && oldest->retired && oldest->slot == s->next) recycle(s, oldest);
     e->retired = 1;
     e->origin.owner = NULL; /* a context that goes away leaves nothing here */
-    e->older = s->newest;
-    e->newer = NULL;
-    if (s->newest) s->newest->newer = e;
-    else s->oldest = e;
-    s->newest = e;
-    s->nretired++;
+    e->slot = s->next;
+    s->ring[s->next] = e;
+    s->next = (s->next + 1) % RETIRED_MAX;
 }
 
 /* The live entry of ptr, or NULL; shard lock held. */
@@ -130,9 +119,9 @@ int cupool_origin_insert(const cupool_origin_t *origin)
     entry_t *e;
     HASH_FIND(hh, s->table, &origin->ptr, sizeof origin->ptr, e);
     if (e) {
-        /* Retired, as a rule; a live one would be a block the driver handed
-         * out twice, and the newer record is the one that holds. */
-        if (e->retired) unlist(s, e);
+        /* Retired, as a rule (its ring slot stays, see retire()); a live one
+         * would be a block the driver handed out twice, and the newer record
+         * is the one that holds. */
     } else {
         if ((e = s->spare)) s->spare = e->hh.next;
         else if (!(e = aligned_alloc(_Alignof(entry_t), sizeof *e))) {
