@@ -411,6 +411,7 @@ static void destroy_state(cupool_context_t *c)
 {
     free(c->streams);
     free(c->spare_events);
+    cupool_deferred_free_spares(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }

@@ -51,6 +51,9 @@ typedef struct cupool_context {
     deferred_block_t *held;                  /* frees made during a capture */
     CUevent *spare_events;
     int nspare, spare_cap;
+    deferred_block_t *spare_blocks;          /* records kept for reuse (deferred.c) */
+    deferred_batch_t *spare_batches;
+    int nspare_blocks, nspare_batches;
     struct cupool_context *next;             /* registry chain */
 } cupool_context_t;
 
@@ -118,6 +121,8 @@ static inline int cupool_deferred_waiting(const cupool_context_t *c)
     return c->head || c->pending || c->held;
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
+/* Frees the deferred-free records a context keeps for reuse (its teardown). */
+void cupool_deferred_free_spares(cupool_context_t *c);
 /* Whether cupool_reclaim has anything to do for a context (a switch out of
  * `ordered` waiting to synchronize, or deferred blocks): read unlocked, so
  * the common case makes no call. */

@@ -49,6 +49,66 @@ struct deferred_batch {
  * cuMemFree would have waited for the whole device). */
 #define DEFERRED_MAX_BYTES (1ull << 30)
 
+/* The records of blocks and batches are kept for reuse (up to SPARE_MAX
+ * of each per context, under c->lock): a deferred free in steady state then
+ * makes no host allocation. */
+#define SPARE_MAX 1024
+
+static deferred_block_t *take_block(cupool_context_t *c)
+{
+    deferred_block_t *b = c->spare_blocks;
+    if (!b) return malloc(sizeof *b);
+    c->spare_blocks = b->next;
+    c->nspare_blocks--;
+    return b;
+}
+
+static void give_block(cupool_context_t *c, deferred_block_t *b)
+{
+    if (c->nspare_blocks == SPARE_MAX) {
+        free(b);
+        return;
+    }
+    b->next = c->spare_blocks;
+    c->spare_blocks = b;
+    c->nspare_blocks++;
+}
+
+static deferred_batch_t *take_batch(cupool_context_t *c)
+{
+    deferred_batch_t *batch = c->spare_batches;
+    if (!batch) return malloc(sizeof *batch);
+    c->spare_batches = batch->next;
+    c->nspare_batches--;
+    return batch;
+}
+
+static void give_batch(cupool_context_t *c, deferred_batch_t *batch)
+{
+    if (c->nspare_batches == SPARE_MAX) {
+        free(batch);
+        return;
+    }
+    batch->next = c->spare_batches;
+    c->spare_batches = batch;
+    c->nspare_batches++;
+}
+
+void cupool_deferred_free_spares(cupool_context_t *c)
+{
+    while (c->spare_blocks) {
+        deferred_block_t *b = c->spare_blocks;
+        c->spare_blocks = b->next;
+        free(b);
+    }
+    while (c->spare_batches) {
+        deferred_batch_t *batch = c->spare_batches;
+        c->spare_batches = batch->next;
+        free(batch);
+    }
+    c->nspare_blocks = c->nspare_batches = 0;
+}
+
 static CUevent take_event(cupool_context_t *c)
 {
     CUevent ev = NULL;
@@ -87,8 +147,8 @@ void cupool_give_back_failed(CUdeviceptr ptr, CUresult r)
 }
 
 /* Hands a list of blocks back to the pool; their users are all done.
- * Returns the bytes released. */
-static uint64_t release_blocks(deferred_block_t *b, CUstream stream)
+ * Returns the bytes released.  c->lock held. */
+static uint64_t release_blocks(cupool_context_t *c, deferred_block_t *b, CUstream stream)
 {
     uint64_t bytes = 0;
     while (b) {
@@ -99,7 +159,7 @@ static uint64_t release_blocks(deferred_block_t *b, CUstream stream)
         cupool_origin_remove(b->ptr, &gone);
         give_back(b->ptr, stream);
         bytes += b->size;
-        free(b);
+        give_block(c, b);
         b = next;
     }
     return bytes;
@@ -125,7 +185,7 @@ static CUresult fan_in(cupool_context_t *c, CUstream stream)
  * current. */
 static void record_batch(cupool_context_t *c)
 {
-    deferred_batch_t *batch = malloc(sizeof *batch);
+    deferred_batch_t *batch = take_batch(c);
     CUresult r = batch ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS && c->nstreams > 0 && !c->fence_stream)
         r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
@@ -150,9 +210,9 @@ static void record_batch(cupool_context_t *c)
         /* Could not set the fence: fall back to the strongest order. */
         cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
                             cupool_result_name(r));
-        free(batch);
+        if (batch) give_batch(c, batch);
         real_cuCtxSynchronize();
-        c->deferred_bytes -= release_blocks(c->pending, c->private_stream);
+        c->deferred_bytes -= release_blocks(c, c->pending, c->private_stream);
     } else {
         batch->blocks = c->pending;
         batch->next = NULL;
@@ -189,13 +249,13 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
          * compute-sanitizer's stream-ordered race tracking looks for. */
         real_cuStreamWaitEvent(c->private_stream, batch->fence, 0);
         give_event(c, batch->fence);
-        c->deferred_bytes -= release_blocks(batch->blocks, c->private_stream);
-        free(batch);
+        c->deferred_bytes -= release_blocks(c, batch->blocks, c->private_stream);
+        give_batch(c, batch);
     }
     /* Frees made while a capture was in progress wait for it to end. */
     if (c->held && atomic_load(&cupool_captures) == 0) {
         real_cuCtxSynchronize();
-        release_blocks(c->held, c->private_stream);
+        release_blocks(c, c->held, c->private_stream);
         c->held = NULL;
     }
 }
@@ -224,8 +284,10 @@ static CUresult restore(const cupool_origin_t *o, CUresult r)
 
 static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
 {
-    deferred_block_t *b = malloc(sizeof *b);
+    pthread_mutex_lock(&c->lock);
+    deferred_block_t *b = take_block(c);
     if (!b) {
+        pthread_mutex_unlock(&c->lock);
         /* No host memory to queue the block: free it the strongest way,
          * unless a capture forbids that. */
         if (held) return restore(o, CUDA_ERROR_OUT_OF_MEMORY);
@@ -238,7 +300,6 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     }
     b->ptr = o->ptr;
     b->size = o->size;
-    pthread_mutex_lock(&c->lock);
     if (held) {
         b->next = c->held;
         c->held = b;
@@ -281,13 +342,13 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
     while (c->head) {
         deferred_batch_t *batch = c->head;
         c->head = batch->next;
-        release_blocks(batch->blocks, stream);
+        release_blocks(c, batch->blocks, stream);
         give_event(c, batch->fence);
-        free(batch);
+        give_batch(c, batch);
     }
     c->tail = NULL;
-    release_blocks(c->pending, stream);
-    release_blocks(c->held, stream);
+    release_blocks(c, c->pending, stream);
+    release_blocks(c, c->held, stream);
     c->pending = c->held = NULL;
     c->npending = 0;
     c->deferred_bytes = 0;
