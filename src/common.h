@@ -13,7 +13,6 @@
 
 #include "cuda_api.h"
 #include "symbols.h"
-#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,14 +32,13 @@
  * contended, it spins briefly and then yields.  Zero is unlocked. */
 typedef atomic_int cupool_spinlock_t;
 
+/* The contended case, out of line (message.c): the uncontended path of
+ * every caller then stays a few instructions that save no registers. */
+void cupool_spin_wait(cupool_spinlock_t *lock);
+
 static inline void cupool_spin_lock(cupool_spinlock_t *lock)
 {
-    while (atomic_exchange_explicit(lock, 1, memory_order_acquire)) {
-        for (int spins = 0; atomic_load_explicit(lock, memory_order_relaxed); spins++) {
-            if (spins < 100) __builtin_ia32_pause();
-            else sched_yield();
-        }
-    }
+    if (CUPOOL_UNLIKELY(atomic_exchange_explicit(lock, 1, memory_order_acquire))) cupool_spin_wait(lock);
 }
 
 static inline void cupool_spin_unlock(cupool_spinlock_t *lock)

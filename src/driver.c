@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,18 @@ const char *cupool_result_name(CUresult result)
     const char *name = NULL;
     if (real_cuGetErrorName && real_cuGetErrorName(result, &name) == CUDA_SUCCESS && name) return name;
     return "CUDA_ERROR_UNKNOWN";
+}
+
+/* ---- the spin lock's contended case (common.h) --------------------------- */
+
+void cupool_spin_wait(cupool_spinlock_t *lock)
+{
+    do {
+        for (int spins = 0; atomic_load_explicit(lock, memory_order_relaxed); spins++) {
+            if (spins < 100) __builtin_ia32_pause();
+            else sched_yield();
+        }
+    } while (atomic_exchange_explicit(lock, 1, memory_order_acquire));
 }
 
 /* ---- the call bracket ---------------------------------------------------- */

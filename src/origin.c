@@ -111,25 +111,32 @@ static shard_t *shard_of(CUdeviceptr ptr)
  * a sentinel entry (pointer 0, which no free looks up) so it never empties. */
 static entry_t sentinels[SHARDS];
 
+/* A new entry for ptr, linked into the shard; NULL when out of host memory.
+ * Out of line: the common insertion revives a retired entry.  Shard lock
+ * held. */
+static __attribute__((noinline)) entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
+{
+    if (!s->table) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
+    entry_t *e = s->spare;
+    if (e) s->spare = e->hh.next;
+    else if (!(e = aligned_alloc(_Alignof(entry_t), sizeof *e))) return NULL;
+    e->origin.ptr = ptr;
+    HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
+    return e;
+}
+
 int cupool_origin_insert(const cupool_origin_t *origin)
 {
     shard_t *s = shard_of(origin->ptr);
     shard_lock(s);
-    if (CUPOOL_UNLIKELY(!s->table)) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
-    entry_t *e;
-    HASH_FIND(hh, s->table, &origin->ptr, sizeof origin->ptr, e);
-    if (e) {
-        /* Retired, as a rule (its ring slot stays, see retire()); a live one
-         * would be a block the driver handed out twice, and the newer record
-         * is the one that holds. */
-    } else {
-        if ((e = s->spare)) s->spare = e->hh.next;
-        else if (!(e = aligned_alloc(_Alignof(entry_t), sizeof *e))) {
-            shard_unlock(s);
-            return -1;
-        }
-        e->origin.ptr = origin->ptr;
-        HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
+    entry_t *e = NULL;
+    /* Found: retired, as a rule (its ring slot stays, see retire()); a live
+     * one would be a block the driver handed out twice, and the newer
+     * record is the one that holds. */
+    if (CUPOOL_LIKELY(s->table)) HASH_FIND(hh, s->table, &origin->ptr, sizeof origin->ptr, e);
+    if (!e && !(e = add_entry(s, origin->ptr))) {
+        shard_unlock(s);
+        return -1;
     }
     e->origin = *origin;
     e->retired = 0;
