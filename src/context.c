@@ -261,8 +261,9 @@ static cupool_context_t *context_locked(CUcontext ctx)
     if (real_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return NULL;
     cupool_device_t *dev = device_get(ordinal);
     if (!dev) return NULL;
-    cupool_context_t *c = calloc(1, sizeof *c);
+    cupool_context_t *c = aligned_alloc(_Alignof(cupool_context_t), sizeof *c);
     if (!c) return NULL;
+    memset(c, 0, sizeof *c);
     c->ctx = ctx;
     c->device = dev;
     c->primary = is_primary(ctx, ordinal);

@@ -26,36 +26,38 @@ typedef struct cupool_device {
     atomic_ullong used;                      /* bytes allocated from the pools and not freed */
     atomic_ullong reserved;                  /* pools' reserved bytes when last asked */
     atomic_ullong reserved_at_ns;            /* ... and when */
-} cupool_device_t;
+} __attribute__((aligned(64))) cupool_device_t; /* its first fields in one line */
 
 typedef struct deferred_block deferred_block_t;
 typedef struct deferred_batch deferred_batch_t;
 
+/* What every allocation and free reads comes first, in one cache line:
+ * the driver's own calls between two of cupool's evict what is spread out. */
 typedef struct cupool_context {
     CUcontext ctx;
     cupool_device_t *device;
-    int primary;
     atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
     int sync_due;                            /* left ordered during a capture: synchronize after it */
     CUstream private_stream;                 /* non-blocking, cupool's own */
-    pthread_mutex_t lock;                    /* guards what follows */
+    deferred_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
+    deferred_batch_t *head, *tail;           /* batches waiting for their fences (c->lock) */
+    deferred_block_t *held;                  /* frees made during a capture (c->lock) */
+    int primary;
+    pthread_mutex_t lock;                    /* guards what follows, and the lists above */
     CUstream *streams;                       /* live non-blocking streams of the program */
     int nstreams, streams_cap;
-    deferred_block_t *pending;               /* deferred frees no event covers yet */
     int npending;
     uint64_t deferred_bytes;                 /* freed but not yet back in a pool */
     uint64_t batch_start_ns;                 /* when the first pending free came */
-    deferred_batch_t *head, *tail;           /* batches waiting for their fences */
     CUstream fence_stream;                   /* cupool's, waits for every stream's work */
     CUevent scratch_event;                   /* recorded on each stream for the fence to wait on */
-    deferred_block_t *held;                  /* frees made during a capture */
     CUevent *spare_events;
     int nspare, spare_cap;
     deferred_block_t *spare_blocks;          /* records kept for reuse (deferred.c) */
     deferred_batch_t *spare_batches;
     int nspare_blocks, nspare_batches;
     struct cupool_context *next;             /* registry chain */
-} cupool_context_t;
+} __attribute__((aligned(64))) cupool_context_t;
 
 /* The state of the calling thread's current context, created on first use;
  * NULL when no context is current or cupool cannot pool there. */

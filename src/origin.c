@@ -13,6 +13,13 @@
  * ring, the least recently retired going first; unlinked entries are
  * recycled through a per-shard free list, so the steady state makes no host
  * allocations.
+ *
+ * Entries are never freed and never change shards, so each thread keeps two
+ * hints: the entry it inserted last (a program often frees the block it
+ * allocated last) and the one it retired last (the pool hands the block just
+ * freed to the next allocation of its size).  A hint is believed only under
+ * its shard's lock and only if it names the pointer asked about; otherwise
+ * the hash lookup decides.
  */
 #include "origin.h"
 
@@ -37,8 +44,9 @@
  * every allocation and free, never share a line. */
 typedef struct entry {
     cupool_origin_t origin;
-    int retired;   /* the block is back in its pool */
-    unsigned slot; /* the ring slot it took when last retired */
+    int retired;    /* the block is back in its pool */
+    unsigned slot;  /* the ring slot it took when last retired */
+    unsigned shard; /* its shard, for ever */
     UT_hash_handle hh;
 } __attribute__((aligned(64))) entry_t;
 
@@ -51,6 +59,14 @@ typedef struct shard {
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[SHARDS];
+
+static CUPOOL_THREAD_LOCAL entry_t *last_inserted, *last_retired;
+
+/* The hinted entry if it is ptr's, or NULL; shard lock held. */
+static entry_t *hinted(shard_t *s, entry_t *hint, CUdeviceptr ptr)
+{
+    return hint && &shards[hint->shard] == s && hint->origin.ptr == ptr ? hint : NULL;
+}
 
 static void shard_lock(shard_t *s)
 {
@@ -66,7 +82,8 @@ static void shard_unlock(shard_t *s)
 static void recycle(shard_t *s, entry_t *e)
 {
     HASH_DEL(s->table, e);
-    e->retired = 0; /* a stale ring slot naming it leaves it alone */
+    e->retired = 0;     /* a stale ring slot naming it leaves it alone */
+    e->origin.ptr = 0;  /* and so does a thread's hint (no lookup asks for 0) */
     e->hh.next = s->spare;
     s->spare = e;
 }
@@ -86,13 +103,14 @@ static void retire(shard_t *s, entry_t *e)
     e->slot = s->next;
     s->ring[s->next] = e;
     s->next = (s->next + 1) % RETIRED_MAX;
+    last_retired = e;
 }
 
 /* The live entry of ptr, or NULL; shard lock held. */
 static entry_t *live(shard_t *s, CUdeviceptr ptr)
 {
-    entry_t *e;
-    HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    entry_t *e = hinted(s, last_inserted, ptr);
+    if (!e) HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     return e && !e->retired ? e : NULL;
 }
 
@@ -121,6 +139,7 @@ static __attribute__((noinline)) entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
     if (e) s->spare = e->hh.next;
     else if (!(e = aligned_alloc(_Alignof(entry_t), sizeof *e))) return NULL;
     e->origin.ptr = ptr;
+    e->shard = (unsigned)(s - shards);
     HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
     return e;
 }
@@ -129,17 +148,18 @@ int cupool_origin_insert(const cupool_origin_t *origin)
 {
     shard_t *s = shard_of(origin->ptr);
     shard_lock(s);
-    entry_t *e = NULL;
     /* Found: retired, as a rule (its ring slot stays, see retire()); a live
      * one would be a block the driver handed out twice, and the newer
      * record is the one that holds. */
-    if (CUPOOL_LIKELY(s->table)) HASH_FIND(hh, s->table, &origin->ptr, sizeof origin->ptr, e);
+    entry_t *e = hinted(s, last_retired, origin->ptr);
+    if (!e && CUPOOL_LIKELY(s->table)) HASH_FIND(hh, s->table, &origin->ptr, sizeof origin->ptr, e);
     if (!e && !(e = add_entry(s, origin->ptr))) {
         shard_unlock(s);
         return -1;
     }
     e->origin = *origin;
     e->retired = 0;
+    last_inserted = e;
     shard_unlock(s);
     return 0;
 }

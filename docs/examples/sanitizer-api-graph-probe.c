@@ -9,6 +9,8 @@
  *   m1 and m2; an empty node after m3
  * 2 m2 alone          3 as 1 with m2 after root          4 as 1 without m1
  * 5 as 1 on a cuMemAlloc block (not stream-ordered: the control)
+ * 6 as 1 with cuCtxSynchronize after the allocation (nothing left in flight)
+ * 7 as 1 with the block allocated on the launch stream itself
  * Build: cc -I/usr/local/cuda/include -o probe sanitizer-api-graph-probe.c -lcuda */
 #include <stdint.h>
 #include <stdio.h>
@@ -75,9 +77,10 @@ int main(int argc, char **argv)
         props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
         props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         CK(cuMemPoolCreate(&pool, &props));
-        CK(cuMemAllocFromPoolAsync(&buf, size, pool, CU_STREAM_LEGACY));
+        CK(cuMemAllocFromPoolAsync(&buf, size, pool, v == 7 ? stream : CU_STREAM_LEGACY));
     }
     CK(cuMemsetD8(buf, 0, size));
+    if (v == 6 || v == 7) CK(cuCtxSynchronize());
     CUmodule m;
     CK(cuModuleLoadData(&m, cupool_fill_ptx));
     CK(cuModuleGetFunction(&fill[0], m, "cupool_fill_u8"));
