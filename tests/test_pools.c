@@ -48,9 +48,12 @@ static int mem_get_info(void)
     printf("free: before %zu MiB, while allocated %zu MiB, after the free %zu MiB\n", free_before >> 20,
            free_during >> 20, free_after >> 20);
     /* In use: counted as used.  Freed into the pool: counted as free again,
-     * although the pool keeps the memory reserved. */
-    CHECK_TRUE(free_during + SIZE <= free_before + (2 << 20));
-    CHECK_TRUE(free_after + (2 << 20) >= free_before);
+     * although the pool keeps the memory reserved.  The slack (an eighth of
+     * the block) is for the device's other users: compute-sanitizer's own
+     * allocations move free memory by a few MiB between the calls. */
+    const size_t slack = SIZE / 8;
+    CHECK_TRUE(free_during + SIZE <= free_before + slack);
+    CHECK_TRUE(free_after + slack >= free_before);
     CHECK_TRUE(free_after <= total);
     return 0;
 }
