@@ -64,7 +64,7 @@ def main():
     ap.add_argument("--log-sizes", default=None, help="sizes of the logging run (default: --sizes)")
     ap.add_argument("--target-time", type=float, default=0.1, help="seconds per configuration")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3, help="times the whole list of runs is repeated, interleaved")
+    ap.add_argument("--rounds", type=int, default=5, help="times the whole list of runs is repeated, interleaved")
     ap.add_argument("--cap", default="17G", help="skip configurations needing more live bytes")
     # The logging run writes hundreds of MB in seconds; on a disk the kernel's
     # writeback throttling, not cupool, would set the figure.
