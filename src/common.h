@@ -20,14 +20,6 @@
 #define CUPOOL_EXPORT __attribute__((visibility("default")))
 #define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* The functions of the allocation and free paths: the compiler puts them
- * together (.text.hot), so that the few cache lines and the one page of code
- * they need stay resident between the driver's own, much larger calls. */
-#define CUPOOL_HOT __attribute__((hot))
-/* Likewise the globals those paths read (flags, options, real driver
- * pointers): one section, so a few lines on one page instead of lines
- * spread over the library's data. */
-#define CUPOOL_HOT_DATA __attribute__((section("cupool_hot")))
 /* cupool's thread-locals: initial-exec, a plain %fs-relative access instead
  * of a __tls_get_addr call on every intercepted call.  Fine for a library
  * that is preloaded; one dlopen()ed later takes its few bytes from the

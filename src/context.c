@@ -21,7 +21,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static cupool_device_t devices[CUPOOL_MAX_DEVICES];
 static int devices_ready[CUPOOL_MAX_DEVICES];
 static cupool_context_t *contexts;         /* every context cupool knows */
-CUPOOL_HOT_DATA static atomic_uint generation = 1;         /* bumped when a context goes away */
+static atomic_uint generation = 1;         /* bumped when a context goes away */
 
 static CUPOOL_THREAD_LOCAL struct {
     CUcontext ctx;
@@ -128,7 +128,7 @@ static cupool_device_t *device_get(int ordinal)
     return dev;
 }
 
-CUPOOL_HOT CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size)
+CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size)
 {
     if (!dev->pooled) return NULL;
     if (size < cupool_option_started(CUPOOL_OPT_MIN_SIZE) || size > cupool_option_started(CUPOOL_OPT_MAX_SIZE))
@@ -339,7 +339,7 @@ static void order_thread_stream(cupool_context_t *c)
     order_after_allocations(c, CU_STREAM_PER_THREAD);
 }
 
-CUPOOL_HOT cupool_context_t *cupool_current_context(void)
+cupool_context_t *cupool_current_context(void)
 {
     CUcontext ctx = NULL;
     if (real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return NULL;

@@ -317,7 +317,7 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     return CUDA_SUCCESS;
 }
 
-CUPOOL_HOT int cupool_free_is_deferred(const cupool_origin_t *o)
+int cupool_free_is_deferred(const cupool_origin_t *o)
 {
     /* During a capture neither the legacy stream nor a context-wide
      * synchronization may be touched: the block is held until it ends. */

@@ -19,7 +19,7 @@
 
 /* ---- the tables generated from symbols.h --------------------------------- */
 
-#define CUPOOL_REAL_DEF(name, ...) CUPOOL_HOT_DATA __typeof__(name) *real_##name;
+#define CUPOOL_REAL_DEF(name, ...) __typeof__(name) *real_##name;
 CUPOOL_HANDLED(CUPOOL_REAL_DEF)
 CUPOOL_USED(CUPOOL_REAL_DEF)
 #undef CUPOOL_REAL_DEF
@@ -80,7 +80,7 @@ static void find_real_dlsym(void)
 /* ---- loading the driver -------------------------------------------------- */
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-CUPOOL_HOT_DATA atomic_int cupool_driver_loaded;
+atomic_int cupool_driver_loaded;
 static void *self_base;
 
 static int is_ours(void *fn)
@@ -152,8 +152,8 @@ void cupool_spin_wait(cupool_spinlock_t *lock)
 
 /* ---- the call bracket ---------------------------------------------------- */
 
-CUPOOL_HOT_DATA int cupool_timing;
-CUPOOL_HOT_DATA int cupool_count_used;
+int cupool_timing;
+int cupool_count_used;
 
 uint64_t cupool_now_ns(void)
 {
@@ -176,7 +176,7 @@ CUresult cupool_call_end_timed(cupool_call_t *c, CUresult result)
 /* ---- start-up and exit --------------------------------------------------- */
 
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
-CUPOOL_HOT_DATA atomic_int cupool_started;
+atomic_int cupool_started;
 
 void cupool_pools_start(void); /* context.c */
 

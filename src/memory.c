@@ -62,7 +62,7 @@ static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size
 }
 
 /* Shared by cuMemAlloc and cuMemAllocPitch. */
-CUPOOL_HOT static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
+static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
 {
     cupool_context_t *c = NULL;
     CUmemoryPool pool = NULL;
@@ -102,7 +102,7 @@ CUPOOL_HOT static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_
     return CUDA_SUCCESS;
 }
 
-CUPOOL_EXPORT CUPOOL_HOT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+CUPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAlloc_v2);
     call.size = bytesize;
@@ -133,7 +133,7 @@ CUPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
     return cupool_call_end(&call, r);
 }
 
-CUPOOL_EXPORT CUPOOL_HOT CUresult cuMemFree_v2(CUdeviceptr dptr)
+CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFree_v2);
     call.ptr = dptr;

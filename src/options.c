@@ -30,11 +30,11 @@ static const option_row_t rows[CUPOOL_OPT_COUNT] = {
 #undef CUPOOL_OPTION_ROW
 };
 
-CUPOOL_HOT_DATA uint64_t cupool_option_values[CUPOOL_OPT_COUNT];
+uint64_t cupool_option_values[CUPOOL_OPT_COUNT];
 static const char *strings[CUPOOL_OPT_COUNT];
 static int from_env[CUPOOL_OPT_COUNT];
 static pthread_once_t parse_once = PTHREAD_ONCE_INIT;
-CUPOOL_HOT_DATA atomic_int cupool_options_parsed; /* fast path: pthread_once costs a call on every use */
+atomic_int cupool_options_parsed; /* fast path: pthread_once costs a call on every use */
 
 int cupool_parse_size(const char *text, uint64_t *out)
 {

@@ -94,7 +94,7 @@ static void recycle(shard_t *s, entry_t *e)
  * cleared when its entry is revived: the entry it names goes only if it is
  * still retired from that very slot (not revived, not retired again since,
  * not recycled).  Shard lock held. */
-CUPOOL_HOT static void retire(shard_t *s, entry_t *e)
+static void retire(shard_t *s, entry_t *e)
 {
     entry_t *oldest = s->ring[s->next];
     if (oldest && oldest->retired && oldest->slot == s->next) recycle(s, oldest);
@@ -107,7 +107,7 @@ CUPOOL_HOT static void retire(shard_t *s, entry_t *e)
 }
 
 /* The live entry of ptr, or NULL; shard lock held. */
-CUPOOL_HOT static entry_t *live(shard_t *s, CUdeviceptr ptr)
+static entry_t *live(shard_t *s, CUdeviceptr ptr)
 {
     entry_t *e = hinted(s, last_inserted, ptr);
     if (!e) HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
@@ -144,7 +144,7 @@ static __attribute__((noinline)) entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
     return e;
 }
 
-CUPOOL_HOT int cupool_origin_insert(const cupool_origin_t *origin)
+int cupool_origin_insert(const cupool_origin_t *origin)
 {
     shard_t *s = shard_of(origin->ptr);
     shard_lock(s);
@@ -178,7 +178,7 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out)
     return e ? 0 : -1;
 }
 
-CUPOOL_HOT int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const cupool_origin_t *), int *kept)
+int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const cupool_origin_t *), int *kept)
 {
     *kept = 0;
     if (!ptr) return -1; /* the shards' sentinels */

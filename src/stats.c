@@ -48,10 +48,9 @@ enum { HOT_POOLED_ALLOCS, HOT_NATIVE_ALLOCS, HOT_POOLED_FREES, HOT_NATIVE_FREES,
        HOT_NATIVE_BYTES, HOT_FREED_BYTES, HOT_ESTIMATE_NS, HOT_COUNT };
 
 typedef struct hot {
-    /* calls and device 0's counters first: one page for a one-GPU program */
+    atomic_ullong device[CUPOOL_MAX_DEVICES + 1][HOT_COUNT];
     atomic_ullong calls[CUPOOL_SYM_COUNT];
     atomic_ullong time_ns; /* in the calls cupool served itself */
-    atomic_ullong device[CUPOOL_MAX_DEVICES + 1][HOT_COUNT];
     struct hot *next;
 } hot_t;
 
@@ -153,7 +152,7 @@ static uint64_t hot_sum(int device, int k)
     return hot_total(offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong));
 }
 
-CUPOOL_HOT void cupool_stats_count(int sym)
+void cupool_stats_count(int sym)
 {
     hot_t *h = hot();
     bump(h, &h->calls[sym], 1);
@@ -218,7 +217,7 @@ static __attribute__((noinline)) void timed_free(hot_t *h, atomic_ullong *c, int
     bump(h, &c[HOT_ESTIMATE_NS], native_estimate_ns(size, 1));
 }
 
-CUPOOL_HOT void cupool_stats_alloc(int device, int route, size_t size)
+void cupool_stats_alloc(int device, int route, size_t size)
 {
     hot_t *h = hot();
     atomic_ullong *c = h->device[slot(device)];
@@ -232,7 +231,7 @@ CUPOOL_HOT void cupool_stats_alloc(int device, int route, size_t size)
     }
 }
 
-CUPOOL_HOT void cupool_stats_free(int device, int route, size_t size)
+void cupool_stats_free(int device, int route, size_t size)
 {
     hot_t *h = hot();
     atomic_ullong *c = h->device[slot(device)];

@@ -9,7 +9,7 @@
 
 /* ---- captures ------------------------------------------------------------ */
 
-CUPOOL_HOT_DATA atomic_int cupool_captures;
+atomic_int cupool_captures;
 
 /* Every capture starts in one of cupool's BeginCapture shims, so while none
  * is in progress the thread's capture mode cannot matter and the two driver
