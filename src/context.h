@@ -29,6 +29,10 @@ typedef struct cupool_device {
 } __attribute__((aligned(64))) cupool_device_t; /* its first fields in one line */
 
 typedef struct deferred_block deferred_block_t;
+typedef struct {
+    void *head;
+    int count;
+} cupool_spare_list_t;
 typedef struct deferred_batch deferred_batch_t;
 
 /* What every allocation and free reads comes first, in one cache line:
@@ -53,9 +57,8 @@ typedef struct cupool_context {
     CUevent scratch_event;                   /* recorded on each stream for the fence to wait on */
     CUevent *spare_events;
     int nspare, spare_cap;
-    deferred_block_t *spare_blocks;          /* records kept for reuse (deferred.c) */
-    deferred_batch_t *spare_batches;
-    int nspare_blocks, nspare_batches;
+    cupool_spare_list_t spare_blocks;        /* records kept for reuse (deferred.c) */
+    cupool_spare_list_t spare_batches;
     struct cupool_context *next;             /* registry chain */
 } __attribute__((aligned(64))) cupool_context_t;
 

@@ -51,62 +51,44 @@ struct deferred_batch {
 
 /* The records of blocks and batches are kept for reuse (up to SPARE_MAX
  * of each per context, under c->lock): a deferred free in steady state then
- * makes no host allocation. */
+ * makes no host allocation.  A record on a spare list is dead but for the
+ * link in its first bytes. */
 #define SPARE_MAX 1024
 
-static deferred_block_t *take_block(cupool_context_t *c)
+static void *take_record(cupool_spare_list_t *list, size_t size)
 {
-    deferred_block_t *b = c->spare_blocks;
-    if (!b) return malloc(sizeof *b);
-    c->spare_blocks = b->next;
-    c->nspare_blocks--;
-    return b;
+    void *record = list->head;
+    if (!record) return malloc(size);
+    list->head = *(void **)record;
+    list->count--;
+    return record;
 }
 
-static void give_block(cupool_context_t *c, deferred_block_t *b)
+static void give_record(cupool_spare_list_t *list, void *record)
 {
-    if (c->nspare_blocks == SPARE_MAX) {
-        free(b);
+    if (list->count == SPARE_MAX) {
+        free(record);
         return;
     }
-    b->next = c->spare_blocks;
-    c->spare_blocks = b;
-    c->nspare_blocks++;
+    *(void **)record = list->head;
+    list->head = record;
+    list->count++;
 }
 
-static deferred_batch_t *take_batch(cupool_context_t *c)
+static void free_records(cupool_spare_list_t *list)
 {
-    deferred_batch_t *batch = c->spare_batches;
-    if (!batch) return malloc(sizeof *batch);
-    c->spare_batches = batch->next;
-    c->nspare_batches--;
-    return batch;
-}
-
-static void give_batch(cupool_context_t *c, deferred_batch_t *batch)
-{
-    if (c->nspare_batches == SPARE_MAX) {
-        free(batch);
-        return;
+    while (list->head) {
+        void *record = list->head;
+        list->head = *(void **)record;
+        free(record);
     }
-    batch->next = c->spare_batches;
-    c->spare_batches = batch;
-    c->nspare_batches++;
+    list->count = 0;
 }
 
 void cupool_deferred_free_spares(cupool_context_t *c)
 {
-    while (c->spare_blocks) {
-        deferred_block_t *b = c->spare_blocks;
-        c->spare_blocks = b->next;
-        free(b);
-    }
-    while (c->spare_batches) {
-        deferred_batch_t *batch = c->spare_batches;
-        c->spare_batches = batch->next;
-        free(batch);
-    }
-    c->nspare_blocks = c->nspare_batches = 0;
+    free_records(&c->spare_blocks);
+    free_records(&c->spare_batches);
 }
 
 static CUevent take_event(cupool_context_t *c)
@@ -159,7 +141,7 @@ static uint64_t release_blocks(cupool_context_t *c, deferred_block_t *b, CUstrea
         cupool_origin_remove(b->ptr, &gone);
         give_back(b->ptr, stream);
         bytes += b->size;
-        give_block(c, b);
+        give_record(&c->spare_blocks, b);
         b = next;
     }
     return bytes;
@@ -185,7 +167,7 @@ static CUresult fan_in(cupool_context_t *c, CUstream stream)
  * current. */
 static void record_batch(cupool_context_t *c)
 {
-    deferred_batch_t *batch = take_batch(c);
+    deferred_batch_t *batch = take_record(&c->spare_batches, sizeof(deferred_batch_t));
     CUresult r = batch ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS && c->nstreams > 0 && !c->fence_stream)
         r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
@@ -210,7 +192,7 @@ static void record_batch(cupool_context_t *c)
         /* Could not set the fence: fall back to the strongest order. */
         cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
                             cupool_result_name(r));
-        if (batch) give_batch(c, batch);
+        if (batch) give_record(&c->spare_batches, batch);
         real_cuCtxSynchronize();
         c->deferred_bytes -= release_blocks(c, c->pending, c->private_stream);
     } else {
@@ -250,7 +232,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         real_cuStreamWaitEvent(c->private_stream, batch->fence, 0);
         give_event(c, batch->fence);
         c->deferred_bytes -= release_blocks(c, batch->blocks, c->private_stream);
-        give_batch(c, batch);
+        give_record(&c->spare_batches, batch);
     }
     /* Frees made while a capture was in progress wait for it to end. */
     if (c->held && atomic_load(&cupool_captures) == 0) {
@@ -285,7 +267,7 @@ static CUresult restore(const cupool_origin_t *o, CUresult r)
 static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
 {
     pthread_mutex_lock(&c->lock);
-    deferred_block_t *b = take_block(c);
+    deferred_block_t *b = take_record(&c->spare_blocks, sizeof(deferred_block_t));
     if (!b) {
         pthread_mutex_unlock(&c->lock);
         /* No host memory to queue the block: free it the strongest way,
@@ -344,7 +326,7 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
         c->head = batch->next;
         release_blocks(c, batch->blocks, stream);
         give_event(c, batch->fence);
-        give_batch(c, batch);
+        give_record(&c->spare_batches, batch);
     }
     c->tail = NULL;
     release_blocks(c, c->pending, stream);
