@@ -2,8 +2,9 @@
  * Proves bad input gets exactly the driver's own answer through cupool (the
  * libeatmydata rule: keep each function's contract, errors included).  A
  * table of bad calls -- NULL out-pointers, size 0, a bogus pointer, a double
- * free (at once, and after enough traffic that cupool has dropped the
- * block's record), a pointer into the middle of a block, a free after the block's
+ * free (at once, after enough traffic that cupool has dropped the block's
+ * record, and the first free made by another thread), a pointer into the
+ * middle of a block, a free after the block's
  * context was destroyed, bad cuMemAllocPitch arguments, cuMemGetInfo with NULL,
  * calls before cuInit and without a context -- runs natively in a child
  * without cupool and then with cupool in every free mode and with every
@@ -12,6 +13,8 @@
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +100,23 @@ static CUresult double_free_after_churn(void)
     CHECK_CU(cuMemFree(p));
     for (int i = 0; i < CHURN; i++) CHECK_CU(cuMemAlloc(&q[i], 4096));
     for (int i = 0; i < CHURN; i++) CHECK_CU(cuMemFree(q[i]));
+    return cuMemFree(p);
+}
+static void *free_on_thread(void *arg)
+{
+    CHECK_CU(cuCtxSetCurrent(primary));
+    CHECK_CU(cuMemFree(*(const CUdeviceptr *)arg));
+    return NULL;
+}
+static CUresult double_free_across_threads(void)
+{
+    /* The block's first free comes from another thread: the hints this
+     * thread keeps of its last entries (origin.c) name a retired one. */
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 1 << 20));
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, free_on_thread, &p), 0);
+    CHECK_EQ(pthread_join(t, NULL), 0);
     return cuMemFree(p);
 }
 static CUresult free_interior(void)
@@ -242,6 +262,7 @@ static const struct row {
     {"double cuMemFree", double_free, 1},
     {"double cuMemFree after other traffic", double_free_later, 1},
     {"double cuMemFree after 10,000 blocks came and went", double_free_after_churn, 1},
+    {"double cuMemFree, the first by another thread", double_free_across_threads, 1},
     {"cuMemFree(p + 256)", free_interior, 1},
     {"cuMemFree(p + size)", free_end, 1},
     {"cuMemFreeAsync(bogus)", free_async_bogus, 1},
