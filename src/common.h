@@ -32,7 +32,7 @@
  * contended, it spins briefly and then yields.  Zero is unlocked. */
 typedef atomic_int cupool_spinlock_t;
 
-/* The contended case, out of line (message.c): the uncontended path of
+/* The contended case, out of line (driver.c): the uncontended path of
  * every caller then stays a few instructions that save no registers. */
 void cupool_spin_wait(cupool_spinlock_t *lock);
 
