@@ -136,10 +136,14 @@ static __attribute__((noinline)) entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
 {
     if (!s->table) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
     entry_t *e = s->spare;
-    if (e) s->spare = e->hh.next;
-    else if (!(e = aligned_alloc(_Alignof(entry_t), sizeof *e))) return NULL;
+    if (e) {
+        s->spare = e->hh.next;
+    } else {
+        if (!(e = aligned_alloc(_Alignof(entry_t), sizeof *e))) return NULL;
+        /* Written once: other threads' hints read it without this lock. */
+        e->shard = (unsigned)(s - shards);
+    }
     e->origin.ptr = ptr;
-    e->shard = (unsigned)(s - shards);
     HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
     return e;
 }
