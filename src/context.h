@@ -90,18 +90,17 @@ int cupool_free_is_deferred(const cupool_origin_t *o);
 /* Frees a block the program freed, as cupool_free_is_deferred decided.
  * Inline for `ordered`, the common case; the other modes and a failed free
  * (the block then stays the program's) are out of line. */
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred, CUresult failed);
-void cupool_give_back_failed(CUdeviceptr ptr, CUresult r);
+CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred);
+/* A free the driver refused: warns, and the block stays the program's. */
+CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
 static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
 {
     if (deferred || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
-        return cupool_free_block_slow(c, o, deferred, CUDA_SUCCESS);
+        return cupool_free_block_slow(c, o, deferred);
     /* On the legacy stream: ordered after the legacy, blocking and
      * per-thread streams' uses in stream order too, not only in time. */
     CUresult r = real_cuMemFreeAsync(o->ptr, CU_STREAM_LEGACY);
-    if (CUPOOL_LIKELY(r == CUDA_SUCCESS)) return r;
-    cupool_give_back_failed(o->ptr, r);
-    return cupool_free_block_slow(c, o, deferred, r);
+    return CUPOOL_LIKELY(r == CUDA_SUCCESS) ? r : cupool_free_failed(o, r);
 }
 /* Returns completed deferred blocks to their pools; wait = block until all are. */
 void cupool_reclaim(cupool_context_t *c, int wait);

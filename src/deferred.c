@@ -114,18 +114,18 @@ static void give_event(cupool_context_t *c, CUevent ev)
     c->spare_events[c->nspare++] = ev;
 }
 
+static void warn_give_back(CUdeviceptr ptr, CUresult r)
+{
+    cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
+                   cupool_result_name(r));
+}
+
 /* Returns one block, no longer in the origin table, to its pool. */
 static CUresult give_back(CUdeviceptr ptr, CUstream stream)
 {
     CUresult r = real_cuMemFreeAsync(ptr, stream);
-    if (r != CUDA_SUCCESS) cupool_give_back_failed(ptr, r);
+    if (r != CUDA_SUCCESS) warn_give_back(ptr, r);
     return r;
-}
-
-void cupool_give_back_failed(CUdeviceptr ptr, CUresult r)
-{
-    cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
-                   cupool_result_name(r));
 }
 
 /* Hands a list of blocks back to the pool; their users are all done.
@@ -307,9 +307,14 @@ int cupool_free_is_deferred(const cupool_origin_t *o)
            atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
 }
 
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred, CUresult failed)
+CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
 {
-    if (failed != CUDA_SUCCESS) return restore(o, failed);
+    warn_give_back(o->ptr, r);
+    return restore(o, r);
+}
+
+CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+{
     if (deferred) return defer(c, o, atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0);
     /* sync: the whole context first, then on the legacy stream as ordered. */
     CUresult r = real_cuCtxSynchronize();
