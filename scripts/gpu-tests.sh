@@ -204,10 +204,11 @@ list=$out/sanitizer/runs.txt
 # Test programs: the ELF executables make check built under tests/ (not the simulator).
 # test_oom fills the device, which would starve the runs beside it.  Not
 # under the sanitizer: test_ctor initialises CUDA from a constructor, before
-# the sanitizer can attach (it then disables itself); test_rtld_next makes no
-# CUDA call; test_deferred_cap runs on the simulator only.
+# the sanitizer can attach (it then disables itself); test_rtld_next and
+# test_origin (the origin table by itself) make no CUDA call; test_deferred_cap
+# runs on the simulator only.
 for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '*/.libs/*' ! -name '*.sh' \
-    ! -name 'test_oom' ! -name 'test_ctor' ! -name 'test_rtld_next' ! -name 'test_deferred_cap' 2>/dev/null | sort); do
+    ! -name 'test_oom' ! -name 'test_ctor' ! -name 'test_rtld_next' ! -name 'test_origin' ! -name 'test_deferred_cap' 2>/dev/null | sort); do
     head -c 4 "$prog" | grep -q 'ELF' || continue
     name=$(echo "${prog#"$build"/}" | tr '/' '_')
     selected "$name" || continue
