@@ -1,0 +1,63 @@
+#!/bin/bash
+# The tenth session's GPU calls (run10-*.txt), one subcommand each:
+#   OUT=DIR bash docs/examples/run10.sh a|b|c
+# from the repository root on a GPU machine, after autoreconf -fi, with uthash under .vendor/uthash.
+#   a  scripts/gpu-tests.sh at the session's start (9a0a881); which profilers the machine has
+#   b  sanitizer-threads-probe.c variants 1-4 (4 threads, 3 runs each; 1 thread, 2 runs each);
+#      test_pools, test_ptds, test_fork and test_log again under the sanitizer
+#   c  scripts/bench-gpu.sh (docs/BENCHMARKS.md)
+set -u
+: "${OUT:?set OUT to a directory for the results}"
+export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer:$PATH
+R=$PWD
+SAN="compute-sanitizer --tool memcheck --track-stream-ordered-races all --report-api-errors no --target-processes all"
+mkdir -p $OUT/r
+
+sanitize_test() { # TEST MODE RUN: one test program under the sanitizer, as gpu-tests.sh runs it
+    local n=$(basename $1).$2.$3 modes=$2 free="CUPOOL_FREE=$2"
+    [ $2 = auto ] && modes=auto,native free=X=1
+    env $free CUPOOL_BUILDDIR=$R/build-gpu CUPOOL_TEST_DRIVER=real CUPOOL_TEST_MODES=$modes \
+        $SAN --log-file $OUT/r/$n.log tests/run-test.sh build-gpu/tests/$1 >$OUT/r/$n.out 2>&1
+    echo "$n rc $? $(grep -h 'ERROR SUMMARY' $OUT/r/$n.log | head -1)"
+}
+
+case ${1:-} in
+a)
+    { which perf valgrind gdb; lscpu | head -20; } >$OUT/r/tools.txt 2>&1
+    UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=330 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"
+    ;;
+b)
+    ( mkdir -p build-gpu && cd build-gpu && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
+        >/dev/null && make -j16 >/dev/null 2>&1 && make -j16 check TESTS= >/dev/null 2>&1 ) || echo "build failed"
+    gcc -O2 -I/usr/local/cuda/include -o $OUT/stp docs/examples/sanitizer-threads-probe.c \
+        -L/usr/local/nvidia/lib64 -lcuda -lpthread || exit 1
+    jobs=()
+    for v in 1 2 3 4; do for k in 1 2 3; do jobs+=("$v 4 $k"); done; done
+    for v in 1 2 3 4; do for k in 1 2; do jobs+=("$v 1 $k"); done; done
+    for j in "${jobs[@]}"; do
+        read -r v t k <<<"$j"
+        ( $SAN --log-file $OUT/r/stp.$v.$t.$k.log $OUT/stp $v $t >$OUT/r/stp.$v.$t.$k.out 2>&1
+          echo "probe variant $v, $t threads, run $k: rc $? $(tr '\n' ' ' <$OUT/r/stp.$v.$t.$k.out)$(grep -h 'ERROR SUMMARY' $OUT/r/stp.$v.$t.$k.log)" ) &
+        [ $(jobs -r | wc -l) -ge 8 ] && wait -n
+    done
+    wait
+    for j in "test_pools auto" "test_pools ordered" "test_pools deferred" "test_pools sync" \
+             "test_ptds auto" "test_ptds ordered" "test_fork sync" "test_fork auto" "log/test_log sync"; do
+        for k in 1 2; do
+            [ $k = 2 ] && [ "${j%% *}" = test_pools ] && continue
+            sanitize_test $j $k &
+            [ $(jobs -r | wc -l) -ge 8 ] && wait -n
+        done
+    done
+    wait
+    ;;
+c)
+    UTHASH_DIR=$R/.vendor/uthash BENCH_BUDGET=570 sh scripts/bench-gpu.sh $OUT/r/bench >$OUT/r/bench-gpu.txt 2>&1
+    echo "bench-gpu rc $?"
+    ;;
+*) echo "usage: OUT=DIR bash docs/examples/run10.sh a|b|c" >&2; exit 2 ;;
+esac
+# Few files come back from the GPU machine: one archive.
+(cd $OUT/r && tar czf ../r.tgz --exclude='*.so*' --exclude=logs .)
