@@ -5,7 +5,8 @@
 #   a  scripts/gpu-tests.sh at the session's start (9a0a881); which profilers the machine has
 #   b  sanitizer-threads-probe.c variants 1-4 (4 threads, 3 runs each; 1 thread, 2 runs each);
 #      test_pools, test_ptds, test_fork and test_log again under the sanitizer
-#   c  scripts/bench-gpu.sh (docs/BENCHMARKS.md)
+#   c  scripts/bench-gpu.sh (docs/BENCHMARKS.md); then probe variants 5 and 6 (4 threads, 3 runs each)
+#      and test_pools in every mode under the sanitizer, all at once
 set -u
 : "${OUT:?set OUT to a directory for the results}"
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -54,8 +55,17 @@ b)
     wait
     ;;
 c)
-    UTHASH_DIR=$R/.vendor/uthash BENCH_BUDGET=570 sh scripts/bench-gpu.sh $OUT/r/bench >$OUT/r/bench-gpu.txt 2>&1
+    UTHASH_DIR=$R/.vendor/uthash BENCH_BUDGET=${BENCH_BUDGET:-500} sh scripts/bench-gpu.sh $OUT/r/bench >$OUT/r/bench-gpu.txt 2>&1
     echo "bench-gpu rc $?"
+    make -C build-gpu -j16 check TESTS= >/dev/null 2>&1
+    gcc -O2 -I/usr/local/cuda/include -o $OUT/stp docs/examples/sanitizer-threads-probe.c \
+        -L/usr/local/nvidia/lib64 -lcuda -lpthread || exit 1
+    for v in 5 6; do for k in 1 2 3; do
+        ( $SAN --log-file $OUT/r/stp.$v.4.$k.log $OUT/stp $v 4 >$OUT/r/stp.$v.4.$k.out 2>&1
+          echo "probe variant $v, 4 threads, run $k: rc $? $(tr '\n' ' ' <$OUT/r/stp.$v.4.$k.out)$(grep -h 'ERROR SUMMARY' $OUT/r/stp.$v.4.$k.log)" ) &
+    done; done
+    for m in auto ordered deferred sync; do sanitize_test test_pools $m 2 & done
+    wait
     ;;
 *) echo "usage: OUT=DIR bash docs/examples/run10.sh a|b|c" >&2; exit 2 ;;
 esac

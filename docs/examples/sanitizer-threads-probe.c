@@ -15,6 +15,11 @@
  *   others); free = cuCtxSynchronize, then cuMemFreeAsync on the legacy stream
  * 3 as 2 with cuStreamSynchronize in place of the query
  * 4 as 2 with each thread's own allocation stream (none shared)
+ * 5 test_fork's own loop under sync: as 2, 400 blocks a thread, the fill not
+ *   waited for or read back (the free's cuCtxSynchronize orders it)
+ * 6 as 1 with test_ptds' sizes (8 KiB << (round % 8), plus 12 bytes), each
+ *   thread's per-thread stream first made to wait on an event of the shared
+ *   stream, as cupool does at a thread's first call in a context
  * The same variants with THREADS = 1 are the single-threaded controls.
  * Build: cc -I/usr/local/cuda/include -o probe sanitizer-threads-probe.c -lcuda -lpthread */
 #include <pthread.h>
@@ -51,13 +56,22 @@ static void *worker(void *arg)
     int id = (int)(uintptr_t)arg;
     CK(cuCtxSetCurrent(ctx));
     CUstream own = NULL, alloc_stream = shared_stream;
-    if (variant >= 2 && id == 0) CK(cuStreamCreate(&own, CU_STREAM_NON_BLOCKING));
+    int per_thread = variant == 1 || variant == 6;
+    if (!per_thread && id == 0) CK(cuStreamCreate(&own, CU_STREAM_NON_BLOCKING));
     if (variant == 4) CK(cuStreamCreate(&alloc_stream, CU_STREAM_NON_BLOCKING));
-    for (int round = 0; round < ROUNDS; round++) {
-        size_t bytes = (size_t)(1 + round) * 4096;
+    if (variant == 6) {
+        CUevent e;
+        CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+        CK(cuEventRecord(e, shared_stream));
+        CK(cuStreamWaitEvent(CU_STREAM_PER_THREAD, e, 0));
+        CK(cuEventDestroy(e));
+    }
+    int rounds = variant == 5 ? 8 * ROUNDS : ROUNDS;
+    for (int round = 0; round < rounds; round++) {
+        size_t bytes = variant == 6 ? ((size_t)8192 << (round % 8)) + 12 : (size_t)(1 + round % ROUNDS) * 4096;
         unsigned pattern = 0x01000000u * (unsigned)(id + 1) + (unsigned)round;
         CUdeviceptr p;
-        if (variant == 1) {
+        if (per_thread) {
             CK(cuMemAllocFromPoolAsync(&p, bytes, pool, CU_STREAM_LEGACY));
             fill_and_check(p, bytes, pattern, CU_STREAM_PER_THREAD);
             if (round % 2) {
@@ -72,7 +86,8 @@ static void *worker(void *arg)
         CUresult q = variant == 3 ? CUDA_ERROR_NOT_READY : cuStreamQuery(alloc_stream);
         if (q == CUDA_ERROR_NOT_READY) CK(cuStreamSynchronize(alloc_stream));
         else CK(q);
-        fill_and_check(p, bytes, pattern, own ? own : CU_STREAM_LEGACY);
+        if (variant == 5) CK(cuMemsetD32Async(p, pattern, 1024, own ? own : CU_STREAM_LEGACY));
+        else fill_and_check(p, bytes, pattern, own ? own : CU_STREAM_LEGACY);
         CK(cuCtxSynchronize());
         CK(cuMemFreeAsync(p, CU_STREAM_LEGACY));
     }
@@ -86,8 +101,8 @@ int main(int argc, char **argv)
 {
     variant = argc > 1 ? atoi(argv[1]) : 0;
     int threads = argc > 2 ? atoi(argv[2]) : 4;
-    if (variant < 1 || variant > 4 || threads < 1 || threads > MAX_THREADS) {
-        fprintf(stderr, "usage: sanitizer-threads-probe 1|2|3|4 [THREADS (1-%d)]\n", MAX_THREADS);
+    if (variant < 1 || variant > 6 || threads < 1 || threads > MAX_THREADS) {
+        fprintf(stderr, "usage: sanitizer-threads-probe 1-6 [THREADS (1-%d)]\n", MAX_THREADS);
         return 2;
     }
     CUdevice dev;
@@ -108,6 +123,7 @@ int main(int argc, char **argv)
     CK(cuCtxSynchronize());
     CK(cuStreamDestroy(shared_stream));
     CK(cuMemPoolDestroy(pool));
-    printf("variant %d, %d threads x %d blocks: data right\n", variant, threads, ROUNDS);
+    if (variant == 5) printf("variant 5, %d threads x %d blocks (fills not read back)\n", threads, 8 * ROUNDS);
+    else printf("variant %d, %d threads x %d blocks: data right\n", variant, threads, ROUNDS);
     return 0;
 }
