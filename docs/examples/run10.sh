@@ -7,6 +7,9 @@
 #      test_pools, test_ptds, test_fork and test_log again under the sanitizer
 #   c  scripts/bench-gpu.sh (docs/BENCHMARKS.md); then probe variants 5 and 6 (4 threads, 3 runs each)
 #      and test_pools in every mode under the sanitizer, all at once
+#   d  the free mode `auto` picks in a CuPy program (CUPOOL_VERBOSE); cupy_bench.py, 4 rounds;
+#      alloc_bench.py at 1 thread, 9 rounds
+#   e  ctx-query-probe.c: what the two cuCtxGetCurrent calls of a cupool pair cost, 3 processes x 2 sizes
 set -u
 : "${OUT:?set OUT to a directory for the results}"
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -67,7 +70,24 @@ c)
     for m in auto ordered deferred sync; do sanitize_test test_pools $m 2 & done
     wait
     ;;
-*) echo "usage: OUT=DIR bash docs/examples/run10.sh a|b|c" >&2; exit 2 ;;
+d)
+    ( mkdir -p build-gpu && cd build-gpu && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
+        >/dev/null && make -j16 >/dev/null 2>&1 ) || echo "build failed"
+    CUPOOL_VERBOSE=1 build-gpu/scripts/cupool python3 -c \
+        "import cupy; a = cupy.arange(1 << 20, dtype=cupy.float32); print(float((a @ a) + a.sum()))" >$OUT/r/cupy-mode.txt 2>&1
+    echo "cupy mode check rc $?"
+    timeout 200 python3 bench/cupy_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/cupy --configs pool,nopool-cupool,nopool-cupool-ordered --rounds 4 >$OUT/r/cupy.txt 2>&1
+    echo "cupy rc $?"
+    timeout 150 python3 bench/alloc_bench.py --bin build-gpu/bench/alloc_bench --cupool build-gpu/scripts/cupool \
+        --library build-gpu/.libs/libcupool.so --out $OUT/r/alloc --threads 1 --rounds 9 >$OUT/r/alloc.txt 2>&1
+    echo "alloc rc $?"
+    ;;
+e)
+    gcc -O2 -I/usr/local/cuda/include -o $OUT/cqp docs/examples/ctx-query-probe.c -L/usr/local/nvidia/lib64 -lcuda || exit 1
+    for k in 1 2 3; do for size in 256 1048576; do $OUT/cqp $size 9; done; done | tee $OUT/r/ctx-query.txt
+    ;;
+*) echo "usage: OUT=DIR bash docs/examples/run10.sh a|b|c|d|e" >&2; exit 2 ;;
 esac
 # Few files come back from the GPU machine: one archive.
 (cd $OUT/r && tar czf ../r.tgz --exclude='*.so*' --exclude=logs .)
