@@ -10,13 +10,7 @@
 #   d  the free mode `auto` picks in a CuPy program (CUPOOL_VERBOSE); cupy_bench.py, 4 rounds;
 #      alloc_bench.py at 1 thread, 9 rounds
 #   e  ctx-query-probe.c: what the two cuCtxGetCurrent calls of a cupool pair cost, 3 processes x 2 sizes
-set -u
-: "${OUT:?set OUT to a directory for the results}"
-export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PATH=/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer:$PATH
-R=$PWD
-SAN="compute-sanitizer --tool memcheck --track-stream-ordered-races all --report-api-errors no --target-processes all"
-mkdir -p $OUT/r
+. "$(dirname "$0")/gpu-session.sh"
 
 sanitize_test() { # TEST MODE RUN: one test program under the sanitizer, as gpu-tests.sh runs it
     local n=$(basename $1).$2.$3 modes=$2 free="CUPOOL_FREE=$2"

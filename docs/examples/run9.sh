@@ -12,13 +12,7 @@
 #   c  scripts/gpu-tests.sh; the allocation pair, old against HEAD, 3 rounds
 #   d  the pair against the floor and noctx probe builds; PyTorch train old against HEAD; alloc_bench.py
 #   e  the pair, .probe/mid against HEAD; alloc_bench.py; gpu-tests.sh (sanitizer subset); PyTorch train
-set -u
-: "${OUT:?set OUT to a directory for the results}"
-export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PATH=/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer:$PATH
-R=$PWD
-SAN="compute-sanitizer --tool memcheck --track-stream-ordered-races all --report-api-errors no --target-processes all"
-mkdir -p $OUT/r
+. "$(dirname "$0")/gpu-session.sh"
 
 build() { # SOURCE BUILDDIR [CFLAGS]
     ( mkdir -p $2 && cd $2 && $1/configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
