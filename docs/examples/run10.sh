@@ -67,7 +67,7 @@ c)
 d)
     ( mkdir -p build-gpu && cd build-gpu && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
         >/dev/null && make -j16 >/dev/null 2>&1 ) || echo "build failed"
-    CUPOOL_VERBOSE=1 build-gpu/scripts/cupool python3 -c \
+    CUPOOL_VERBOSE=1 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so python3 -c \
         "import cupy; a = cupy.arange(1 << 20, dtype=cupy.float32); print(float((a @ a) + a.sum()))" >$OUT/r/cupy-mode.txt 2>&1
     echo "cupy mode check rc $?"
     timeout 200 python3 bench/cupy_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
