@@ -38,13 +38,16 @@ static int no_pools(void)
 static CUresult device_mem_get_info(size_t *free, size_t *total)
 {
     typedef void *dlsym_fn_t(void *, const char *);
-    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    dlsym_fn_t *libc_dlsym = libc ? (dlsym_fn_t *)dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
-    if (!libc_dlsym) libc_dlsym = (dlsym_fn_t *)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
-    CHECK_TRUE(driver && libc_dlsym);
-    CUresult (*real)(size_t *, size_t *) = (CUresult(*)(size_t *, size_t *))libc_dlsym(driver, "cuMemGetInfo_v2");
-    CHECK_TRUE(real != NULL);
+    static CUresult (*real)(size_t *, size_t *);
+    if (!real) {
+        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        dlsym_fn_t *libc_dlsym = libc ? (dlsym_fn_t *)dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
+        if (!libc_dlsym) libc_dlsym = (dlsym_fn_t *)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+        CHECK_TRUE(driver && libc_dlsym);
+        real = (CUresult(*)(size_t *, size_t *))libc_dlsym(driver, "cuMemGetInfo_v2");
+        CHECK_TRUE(real != NULL);
+    }
     return real(free, total);
 }
 

@@ -45,15 +45,7 @@ int main(int argc, char **argv)
     if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 9;
     CUdevice dev;
     probe_context(&dev);
-    CUmemPoolProps props;
-    memset(&props, 0, sizeof props);
-    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    props.location.id = dev;
-    CUmemoryPool pool;
-    CK(cuMemPoolCreate(&pool, &props));
-    cuuint64_t keep = UINT64_MAX;
-    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+    CUmemoryPool pool = probe_pool(dev);
     double bare[MAX_ROUNDS], with_ctx[MAX_ROUNDS], query[MAX_ROUNDS];
     CUdeviceptr p;
     CUcontext c;

@@ -34,18 +34,8 @@ int main(int argc, char **argv)
         CK(cuModuleGetFunction(&f, m, "cupool_fill_u16"));
     }
     CUmemoryPool pool;
-    if (own) {
-        CUmemPoolProps props = {0};
-        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
-        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        props.location.id = 0;
-        CK(cuMemPoolCreate(&pool, &props));
-        cuuint64_t keep = UINT64_MAX;
-        CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
-    } else {
-        CK(cuDeviceGetDefaultMemPool(&pool, dev));
-    }
+    if (own) pool = probe_pool(dev);
+    else CK(cuDeviceGetDefaultMemPool(&pool, dev));
     CUdeviceptr buf;
     CK(cuMemAllocFromPoolAsync(&buf, size, pool, CU_STREAM_LEGACY));
     CK(cuMemsetD8(buf, 0, size));

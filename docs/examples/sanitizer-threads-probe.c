@@ -107,15 +107,7 @@ int main(int argc, char **argv)
     }
     CUdevice dev;
     ctx = probe_context(&dev);
-    /* The pool cupool's `dedicated` policy makes. */
-    CUmemPoolProps props;
-    memset(&props, 0, sizeof props);
-    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    props.location.id = dev;
-    CK(cuMemPoolCreate(&pool, &props));
-    cuuint64_t keep = UINT64_MAX;
-    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+    pool = probe_pool(dev);
     CK(cuStreamCreate(&shared_stream, CU_STREAM_NON_BLOCKING));
     pthread_t tid[MAX_THREADS];
     for (int i = 0; i < threads; i++) pthread_create(&tid[i], NULL, worker, (void *)(uintptr_t)i);
