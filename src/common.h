@@ -69,19 +69,51 @@ CUPOOL_HANDLED(CUPOOL_REAL_DECL)
 CUPOOL_USED(CUPOOL_REAL_DECL)
 #undef CUPOOL_REAL_DECL
 
+/* ---- the hot line ---------------------------------------------------------- */
+
+/* The process-wide state every allocation and free reads, in one cache line.
+ * Between two of cupool's calls the driver's own evict most of the L1 cache,
+ * so each line cupool reads costs a miss; spread over the data segment these
+ * were eight lines a pair (docs/PERFORMANCE.md).  Written at start-up, and
+ * rarely after (captures, generation). */
+typedef struct cupool_hot {
+    atomic_int driver_loaded; /* cupool_driver_load() succeeded */
+    atomic_int started;       /* the program's cuInit succeeded: pools may be used */
+    int timing;               /* the log or statistics need timestamps */
+    int count_used;           /* something reads the devices' `used` counts (context.h) */
+    atomic_int fast;          /* started, and neither timing nor counting: the fast paths of memory.c */
+    atomic_int captures;      /* stream captures in progress, any thread (stream.c) */
+    atomic_uint generation;   /* bumped when a context goes away (context.c) */
+    /* The driver calls of a pooled allocation and free: copies of their
+     * real_* pointers, made when the driver is loaded. */
+    __typeof__(cuCtxGetCurrent) *ctx_get_current;
+    __typeof__(cuMemAllocFromPoolAsync) *alloc_from_pool;
+    __typeof__(cuMemFreeAsync) *free_async;
+} __attribute__((aligned(64))) cupool_hot_t;
+extern cupool_hot_t cupool_hot;
+
+/* The same for the calling thread: what its allocations and frees read of
+ * its own, in one line (defined in driver.c). */
+typedef struct cupool_thread {
+    struct cupool_context *context;       /* its current context's state, cached (context.c) ... */
+    CUcontext context_handle;             /* ... for this context */
+    unsigned context_generation;          /* ... as of this cupool_hot.generation */
+    struct cupool_origin_entry *last_inserted, *last_retired; /* the origin table's hints (origin.c) */
+    struct cupool_counters *counters;     /* its statistics counters (stats.c) */
+} __attribute__((aligned(64))) cupool_thread_t;
+extern CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
+
 /* Loads libcuda.so.1 and every real_* pointer once; false if the driver is
  * missing.  cupool_driver_ready is its inline fast path: every shim asks. */
 int cupool_driver_load(void);
-extern atomic_int cupool_driver_loaded;
 static inline int cupool_driver_ready(void)
 {
-    return CUPOOL_LIKELY(atomic_load_explicit(&cupool_driver_loaded, memory_order_acquire)) || cupool_driver_load();
+    return CUPOOL_LIKELY(atomic_load_explicit(&cupool_hot.driver_loaded, memory_order_acquire)) || cupool_driver_load();
 }
 /* True once the program's cuInit succeeded and cupool's pools may be used. */
-extern atomic_int cupool_started;
 static inline int cupool_active(void)
 {
-    return atomic_load_explicit(&cupool_started, memory_order_acquire);
+    return atomic_load_explicit(&cupool_hot.started, memory_order_acquire);
 }
 /* From now on pass everything through (a forked child: the parent's
  * contexts are not its own). */
@@ -136,7 +168,7 @@ static inline uint64_t cupool_option(enum cupool_option id)
     return cupool_option_values[id];
 }
 /* The same, where cupool_active() has said yes: start() parsed every option
- * before it published cupool_started, so the hot paths skip the check. */
+ * before it published cupool_hot.started, so the hot paths skip the check. */
 static inline uint64_t cupool_option_started(enum cupool_option id)
 {
     return cupool_option_values[id];
@@ -174,14 +206,12 @@ typedef struct cupool_call {
     uint64_t reserved;   /* pool bytes reserved after the call, when known */
 } cupool_call_t;
 
-extern int cupool_timing;     /* log or stats need timestamps */
-extern int cupool_count_used; /* something reads the devices' `used` counts (context.h) */
 uint64_t cupool_now_ns(void);
 
 static inline void cupool_call_begin(cupool_call_t *c, int sym)
 {
     c->sym = sym;
-    c->start_ns = cupool_timing ? cupool_now_ns() : 0;
+    c->start_ns = cupool_hot.timing ? cupool_now_ns() : 0;
     c->ptr = 0;
     c->size = 0;
     c->device = -1;
@@ -225,6 +255,13 @@ extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
 void cupool_stats_call(int sym, uint64_t served_ns);
 cupool_device_stats_t *cupool_stats_for(int device);
 void cupool_stats_alloc(int device, int route, size_t size);
+/* A pooled cuMemAlloc (is_free 0) or cuMemFree (1) served by a fast path
+ * (memory.c; never while CUPOOL_STATS or CUPOOL_LOG is on).  The fast
+ * paths run in a thread that has found its context, and so has called
+ * cupool_stats_thread(), which gives it its counters: they count without
+ * asking whether the thread has any. */
+void cupool_stats_fast(int device, int is_free, size_t size);
+void cupool_stats_thread(void);
 void cupool_stats_free(int device, int route, size_t size);
 void cupool_stats_reserved(int device, uint64_t reserved);
 void cupool_stats_print(void);

@@ -21,13 +21,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static cupool_device_t devices[CUPOOL_MAX_DEVICES];
 static int devices_ready[CUPOOL_MAX_DEVICES];
 static cupool_context_t *contexts;         /* every context cupool knows */
-static atomic_uint generation = 1;         /* bumped when a context goes away */
 
-static CUPOOL_THREAD_LOCAL struct {
-    CUcontext ctx;
-    cupool_context_t *state;
-    unsigned generation;
-} cache;
 
 /* ---- helpers ------------------------------------------------------------- */
 int cupool_enter_context(CUcontext ctx)
@@ -219,10 +213,12 @@ static void promote(cupool_context_t *c, int mode)
     /* A context-wide synchronization would invalidate a capture in progress:
      * it then waits for the capture to end (cupool_reclaim). */
     if (old == CUPOOL_FREE_ORDERED) {
-        if (atomic_load(&cupool_captures) > 0) c->sync_due = 1;
+        if (atomic_load(&cupool_hot.captures) > 0) c->sync_due = 1;
         else cupool_synchronize_switch(c);
     }
     atomic_store(&c->mode, mode);
+    /* The fast paths serve `ordered` alone; they stay off from now on. */
+    atomic_store(&cupool_hot.fast, 0);
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
 }
 
@@ -251,6 +247,20 @@ static cupool_context_t *lookup_locked(CUcontext ctx)
     return c;
 }
 
+/* The pool every allocation on the device goes to whatever its size (one
+ * pool, no size bounds, no CUPOOL_LIMIT to count against); NULL when
+ * cupool_pick_pool must decide each time. */
+static CUmemoryPool any_size_pool(const cupool_device_t *dev)
+{
+    if (!dev->pooled || dev->npools != 1) return NULL;
+    if (cupool_option(CUPOOL_OPT_MIN_SIZE) > 1 || cupool_option(CUPOOL_OPT_MAX_SIZE) != CUPOOL_SIZE_UNLIMITED ||
+        cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED)
+        return NULL;
+    return dev->pools[CUPOOL_POOL_MAIN];
+}
+
+_Static_assert(offsetof(cupool_context_t, tail) <= 64, "what every allocation and free reads fits one cache line");
+
 /* Finds or creates the state of ctx, which must be current.  Called with
  * registry_lock held. */
 static cupool_context_t *context_locked(CUcontext ctx)
@@ -266,6 +276,8 @@ static cupool_context_t *context_locked(CUcontext ctx)
     memset(c, 0, sizeof *c);
     c->ctx = ctx;
     c->device = dev;
+    c->ordinal = ordinal;
+    c->any_size_pool = any_size_pool(dev);
     c->primary = is_primary(ctx, ordinal);
     pthread_mutex_init(&c->lock, NULL);
     int mode = configured_mode();
@@ -313,7 +325,7 @@ cupool_context_t *cupool_context_of(CUcontext ctx)
  * blocking stream follows the legacy stream on the GPU anyway. */
 static void order_after_allocations(cupool_context_t *c, CUstream stream)
 {
-    if (!c->private_stream || atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0) return;
+    if (!c->private_stream || atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0) return;
     CUevent done;
     if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
     if (real_cuEventRecord(done, c->private_stream) == CUDA_SUCCESS) real_cuStreamWaitEvent(stream, done, 0);
@@ -339,17 +351,14 @@ static void order_thread_stream(cupool_context_t *c)
     order_after_allocations(c, CU_STREAM_PER_THREAD);
 }
 
-cupool_context_t *cupool_current_context(void)
+cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
 {
-    CUcontext ctx = NULL;
-    if (real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
-    unsigned gen = atomic_load_explicit(&generation, memory_order_acquire);
-    if (CUPOOL_LIKELY(cache.ctx == ctx && cache.generation == gen && cache.state)) return cache.state;
     cupool_context_t *c = cupool_context_of(ctx);
     if (c) order_thread_stream(c);
-    cache.ctx = ctx;
-    cache.state = c;
-    cache.generation = gen;
+    cupool_stats_thread();
+    cupool_thread.context_handle = ctx;
+    cupool_thread.context = c;
+    cupool_thread.context_generation = generation;
     return c;
 }
 
@@ -358,7 +367,7 @@ void cupool_trim_device(cupool_context_t *c)
     cupool_device_t *dev = c->device;
     cupool_reclaim(c, 1);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    if (atomic_load(&cupool_captures) == 0) real_cuCtxSynchronize();
+    if (atomic_load(&cupool_hot.captures) == 0) real_cuCtxSynchronize();
     for (int i = 0; i < dev->npools; i++) real_cuMemPoolTrimTo(dev->pools[i], 0);
     cupool_relaxed_end(previous);
     atomic_fetch_add(&cupool_stats_for(dev->ordinal)->trims, 1);
@@ -402,7 +411,7 @@ static cupool_context_t *unlink_context(CUcontext ctx)
         cupool_context_t *c = *p;
         *p = c->next;
         c->device->contexts--;
-        atomic_fetch_add(&generation, 1);
+        atomic_fetch_add(&cupool_hot.generation, 1);
         return c;
     }
     return NULL;

@@ -36,16 +36,21 @@ typedef struct {
 typedef struct deferred_batch deferred_batch_t;
 
 /* What every allocation and free reads comes first, in one cache line:
- * the driver's own calls between two of cupool's evict what is spread out. */
+ * the driver's own calls between two of cupool's evict what is spread out
+ * (the pool and device number are here so that the fast paths need not
+ * read the device's line or the options'). */
 typedef struct cupool_context {
     CUcontext ctx;
     cupool_device_t *device;
+    CUmemoryPool any_size_pool;              /* the pool of every size, no limit to count; else NULL */
     atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
     int sync_due;                            /* left ordered during a capture: synchronize after it */
-    CUstream private_stream;                 /* non-blocking, cupool's own */
+    int ordinal;                             /* the device's */
     deferred_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
-    deferred_batch_t *head, *tail;           /* batches waiting for their fences (c->lock) */
+    deferred_batch_t *head;                  /* batches waiting for their fences (c->lock) */
     deferred_block_t *held;                  /* frees made during a capture (c->lock) */
+    deferred_batch_t *tail;
+    CUstream private_stream;                 /* non-blocking, cupool's own */
     int primary;
     pthread_mutex_t lock;                    /* guards what follows, and the lists above */
     CUstream *streams;                       /* live non-blocking streams of the program */
@@ -63,8 +68,20 @@ typedef struct cupool_context {
 } __attribute__((aligned(64))) cupool_context_t;
 
 /* The state of the calling thread's current context, created on first use;
- * NULL when no context is current or cupool cannot pool there. */
-cupool_context_t *cupool_current_context(void);
+ * NULL when no context is current or cupool cannot pool there.  Inline: the
+ * thread's cache answers nearly every time; cupool_context_lookup asks the
+ * registry and fills the cache. */
+cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation);
+static inline cupool_context_t *cupool_current_context(void)
+{
+    CUcontext ctx = NULL;
+    if (cupool_hot.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
+    unsigned generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
+    if (CUPOOL_LIKELY(cupool_thread.context_handle == ctx && cupool_thread.context_generation == generation &&
+                      cupool_thread.context))
+        return cupool_thread.context;
+    return cupool_context_lookup(ctx, generation);
+}
 /* The state of a given context, created on first use (must be current). */
 cupool_context_t *cupool_context_of(CUcontext ctx);
 
@@ -73,15 +90,12 @@ cupool_context_t *cupool_context_of(CUcontext ctx);
  * and the pool-size queries of the log and statistics. */
 static inline void cupool_device_used(cupool_device_t *dev, int64_t delta)
 {
-    if (cupool_count_used)
+    if (cupool_hot.count_used)
         atomic_fetch_add_explicit(&dev->used, (unsigned long long)delta, memory_order_relaxed);
 }
 
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
-
-/* Number of stream captures the program has in progress (any thread). */
-extern atomic_int cupool_captures;
 
 /* Free paths (memory.c calls these with the block's context current). */
 /* Whether a free of this block now is deferred (the block stays in the

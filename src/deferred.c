@@ -213,7 +213,7 @@ static void record_batch(cupool_context_t *c)
  * c->ctx current. */
 static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 {
-    if (c->pending && atomic_load(&cupool_captures) == 0) {
+    if (c->pending && atomic_load(&cupool_hot.captures) == 0) {
         /* The fan-in costs in proportion to the streams it covers.  The
          * clock is read last: with few streams every free sets its fence. */
         uint64_t wait_ns = (uint64_t)c->nstreams * BATCH_WAIT_NS_PER_STREAM;
@@ -235,7 +235,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         give_record(&c->spare_batches, batch);
     }
     /* Frees made while a capture was in progress wait for it to end. */
-    if (c->held && atomic_load(&cupool_captures) == 0) {
+    if (c->held && atomic_load(&cupool_hot.captures) == 0) {
         real_cuCtxSynchronize();
         release_blocks(c, c->held, c->private_stream);
         c->held = NULL;
@@ -244,7 +244,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 
 void cupool_reclaim(cupool_context_t *c, int wait)
 {
-    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_captures) == 0) cupool_synchronize_switch(c);
+    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_synchronize_switch(c);
     if (!cupool_deferred_waiting(c)) return;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
@@ -303,7 +303,7 @@ int cupool_free_is_deferred(const cupool_origin_t *o)
 {
     /* During a capture neither the legacy stream nor a context-wide
      * synchronization may be touched: the block is held until it ends. */
-    return atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0 ||
+    return atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0 ||
            atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
 }
 
@@ -315,7 +315,7 @@ CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
 
 CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred)
 {
-    if (deferred) return defer(c, o, atomic_load_explicit(&cupool_captures, memory_order_relaxed) > 0);
+    if (deferred) return defer(c, o, atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0);
     /* sync: the whole context first, then on the legacy stream as ordered. */
     CUresult r = real_cuCtxSynchronize();
     if (r == CUDA_SUCCESS) r = give_back(o->ptr, CU_STREAM_LEGACY);

@@ -80,7 +80,8 @@ static void find_real_dlsym(void)
 /* ---- loading the driver -------------------------------------------------- */
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-atomic_int cupool_driver_loaded;
+cupool_hot_t cupool_hot;
+CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
 static void *self_base;
 
 static int is_ours(void *fn)
@@ -113,13 +114,16 @@ static void load_driver(void)
     }
     for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(handled); i++) *handled[i].real = resolve_real(driver, handled[i].name);
     for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(used); i++) *used[i].real = resolve_real(driver, used[i].name);
-    atomic_store_explicit(&cupool_driver_loaded, 1, memory_order_release);
+    cupool_hot.ctx_get_current = real_cuCtxGetCurrent;
+    cupool_hot.alloc_from_pool = real_cuMemAllocFromPoolAsync;
+    cupool_hot.free_async = real_cuMemFreeAsync;
+    atomic_store_explicit(&cupool_hot.driver_loaded, 1, memory_order_release);
 }
 
 int cupool_driver_load(void)
 {
     pthread_once(&load_once, load_driver);
-    return atomic_load_explicit(&cupool_driver_loaded, memory_order_acquire);
+    return atomic_load_explicit(&cupool_hot.driver_loaded, memory_order_acquire);
 }
 
 CUresult cupool_missing(const char *name)
@@ -152,9 +156,6 @@ void cupool_spin_wait(cupool_spinlock_t *lock)
 
 /* ---- the call bracket ---------------------------------------------------- */
 
-int cupool_timing;
-int cupool_count_used;
-
 uint64_t cupool_now_ns(void)
 {
     struct timespec ts;
@@ -176,7 +177,6 @@ CUresult cupool_call_end_timed(cupool_call_t *c, CUresult result)
 /* ---- start-up and exit --------------------------------------------------- */
 
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
-atomic_int cupool_started;
 
 void cupool_pools_start(void); /* context.c */
 
@@ -191,16 +191,20 @@ static void start(void)
 {
     if (cupool_option(CUPOOL_OPT_VERBOSE)) cupool_options_print();
     cupool_log_open();
-    cupool_timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
-    cupool_count_used = cupool_timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED;
+    cupool_hot.timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
+    cupool_hot.count_used = cupool_hot.timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED;
     atexit(at_exit);
     cupool_pools_start();
-    atomic_store(&cupool_started, 1);
+    int mode = (int)cupool_option(CUPOOL_OPT_FREE);
+    atomic_store(&cupool_hot.fast,
+                 !cupool_hot.count_used && (mode == CUPOOL_FREE_AUTO || mode == CUPOOL_FREE_ORDERED));
+    atomic_store(&cupool_hot.started, 1);
 }
 
 void cupool_stop(void)
 {
-    atomic_store(&cupool_started, 0);
+    atomic_store(&cupool_hot.fast, 0);
+    atomic_store(&cupool_hot.started, 0);
 }
 
 CUPOOL_EXPORT CUresult cuInit(unsigned int flags)

@@ -42,7 +42,7 @@ static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, C
 {
     if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) cupool_reclaim(c, 0);
     *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
-    if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0)
+    if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) == 0)
         return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
     return pool_alloc_private(c, pool, dptr, size);
 }
@@ -60,6 +60,68 @@ static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size
     if (r == CUDA_SUCCESS) cupool_stats_alloc(call->device, CUPOOL_ROUTE_NATIVE, size);
     return r;
 }
+
+/* ---- the fast paths ---------------------------------------------------------
+ * What nearly every allocation and free of a program under cupool's default
+ * settings needs: one pool for every size, the context `ordered`, no capture
+ * in progress, no log, statistics or limit (cupool_hot.fast).  It is served
+ * here with the pool call alone and the origin table, reading the hot line,
+ * the thread's context cache, the context's first line, the block's shard
+ * and entry and the thread's counters: the general path below reads about
+ * twice as many cache lines, which the driver's own calls evict between two
+ * of cupool's.  Anything else (other modes, a failed pool call) returns 0
+ * before it changed anything, and the general path decides from the start. */
+
+/* Serves cuMemAlloc from the pool in stream order on the legacy stream, as
+ * the general path does in `ordered`; 1 when served. */
+static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
+{
+    if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr || !size) return 0;
+    cupool_context_t *c = cupool_current_context();
+    if (!c || !c->any_size_pool || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED ||
+        cupool_reclaim_due(c) || atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed))
+        return 0;
+    if (cupool_hot.alloc_from_pool(dptr, size, c->any_size_pool, CU_STREAM_LEGACY) != CUDA_SUCCESS) return 0;
+    cupool_origin_t origin = {
+        .ptr = *dptr, .size = size, .owner = c, .pool = c->any_size_pool, .mode = CUPOOL_FREE_ORDERED};
+    if (CUPOOL_UNLIKELY(cupool_origin_insert(&origin) != 0)) {
+        cupool_hot.free_async(*dptr, CU_STREAM_LEGACY);
+        return 0;
+    }
+    cupool_stats_fast(c->ordinal, 0, size);
+    return 1;
+}
+
+/* Whether the block's free may go to the driver at once, on the legacy
+ * stream of the calling thread's context (arg, its state): the block's
+ * context is that one and `ordered`, and no capture is in progress. */
+static int frees_now(const cupool_origin_t *o, const void *current)
+{
+    return o->owner == current && atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED &&
+           !atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed);
+}
+
+/* Serves cuMemFree of a block frees_now() allows; 1 when served, *result
+ * then holds the driver's answer (a refused free leaves the block the
+ * program's, as on the general path). */
+static inline int free_fast(CUdeviceptr dptr, CUresult *result)
+{
+    if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr) return 0;
+    cupool_context_t *c = cupool_current_context();
+    cupool_origin_t o;
+    if (!c || cupool_origin_take(dptr, &o, frees_now, c) != 0) return 0;
+    CUresult r = cupool_hot.free_async(dptr, CU_STREAM_LEGACY);
+    if (CUPOOL_LIKELY(r == CUDA_SUCCESS)) {
+        cupool_stats_fast(c->ordinal, 1, o.size);
+    } else {
+        r = cupool_free_failed(&o, r);
+        cupool_stats_count(CUPOOL_SYM_cuMemFree_v2);
+    }
+    *result = r;
+    return 1;
+}
+
+/* ---- the general paths ------------------------------------------------------ */
 
 /* Shared by cuMemAlloc and cuMemAllocPitch. */
 static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
@@ -95,7 +157,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     call->route = CUPOOL_ROUTE_POOL;
     call->ptr = *dptr;
     cupool_stats_alloc(call->device, CUPOOL_ROUTE_POOL, size);
-    if (cupool_timing) {
+    if (cupool_hot.timing) {
         call->reserved = cupool_device_reserved_recent(c->device, call->start_ns);
         cupool_stats_reserved(call->device, call->reserved);
     }
@@ -104,6 +166,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
 
 CUPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
+    if (CUPOOL_LIKELY(alloc_fast(dptr, bytesize))) return CUDA_SUCCESS;
     CUPOOL_SHIM_BEGIN(call, cuMemAlloc_v2);
     call.size = bytesize;
     CUresult r = allocate(dptr, bytesize, &call);
@@ -135,6 +198,8 @@ CUPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
 
 CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+    CUresult fast;
+    if (CUPOOL_LIKELY(free_fast(dptr, &fast))) return fast;
     CUPOOL_SHIM_BEGIN(call, cuMemFree_v2);
     call.ptr = dptr;
     cupool_origin_t o;
@@ -164,7 +229,7 @@ CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
         cupool_device_used(c->device, -(int64_t)o.size);
         cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
     }
-    if (cupool_timing) call.reserved = cupool_device_reserved_recent(c->device, call.start_ns);
+    if (cupool_hot.timing) call.reserved = cupool_device_reserved_recent(c->device, call.start_ns);
     return cupool_call_end(&call, r);
 }
 

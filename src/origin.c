@@ -42,7 +42,7 @@
 
 /* Cache-line aligned: entries of different threads' blocks, written on
  * every allocation and free, never share a line. */
-typedef struct entry {
+typedef struct cupool_origin_entry {
     cupool_origin_t origin;
     int retired;    /* the block is back in its pool */
     unsigned slot;  /* the ring slot it took when last retired */
@@ -59,8 +59,6 @@ typedef struct shard {
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[SHARDS];
-
-static CUPOOL_THREAD_LOCAL entry_t *last_inserted, *last_retired;
 
 /* The hinted entry if it is ptr's, or NULL; shard lock held. */
 static entry_t *hinted(shard_t *s, entry_t *hint, CUdeviceptr ptr)
@@ -103,13 +101,13 @@ static void retire(shard_t *s, entry_t *e)
     e->slot = s->next;
     s->ring[s->next] = e;
     s->next = (s->next + 1) % RETIRED_MAX;
-    last_retired = e;
+    cupool_thread.last_retired = e;
 }
 
 /* The live entry of ptr, or NULL; shard lock held. */
 static entry_t *live(shard_t *s, CUdeviceptr ptr)
 {
-    entry_t *e = hinted(s, last_inserted, ptr);
+    entry_t *e = hinted(s, cupool_thread.last_inserted, ptr);
     if (!e) HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     return e && !e->retired ? e : NULL;
 }
@@ -130,9 +128,8 @@ static shard_t *shard_of(CUdeviceptr ptr)
 static entry_t sentinels[SHARDS];
 
 /* A new entry for ptr, linked into the shard; NULL when out of host memory.
- * Out of line: the common insertion revives a retired entry.  Shard lock
- * held. */
-static __attribute__((noinline)) entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
+ * Shard lock held. */
+static entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
 {
     if (!s->table) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
     entry_t *e = s->spare;
@@ -148,6 +145,16 @@ static __attribute__((noinline)) entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
     return e;
 }
 
+/* The entry of ptr, found in the table or added to it; NULL when out of
+ * host memory.  Out of line: the thread's hint finds the entry nearly
+ * always, and the path that does saves no registers.  Shard lock held. */
+static __attribute__((noinline)) entry_t *find_or_add(shard_t *s, CUdeviceptr ptr)
+{
+    entry_t *e = NULL;
+    if (CUPOOL_LIKELY(s->table)) HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
+    return e ? e : add_entry(s, ptr);
+}
+
 int cupool_origin_insert(const cupool_origin_t *origin)
 {
     shard_t *s = shard_of(origin->ptr);
@@ -155,15 +162,14 @@ int cupool_origin_insert(const cupool_origin_t *origin)
     /* Found: retired, as a rule (its ring slot stays, see retire()); a live
      * one would be a block the driver handed out twice, and the newer
      * record is the one that holds. */
-    entry_t *e = hinted(s, last_retired, origin->ptr);
-    if (!e && CUPOOL_LIKELY(s->table)) HASH_FIND(hh, s->table, &origin->ptr, sizeof origin->ptr, e);
-    if (!e && !(e = add_entry(s, origin->ptr))) {
+    entry_t *e = hinted(s, cupool_thread.last_retired, origin->ptr);
+    if (CUPOOL_UNLIKELY(!e) && !(e = find_or_add(s, origin->ptr))) {
         shard_unlock(s);
         return -1;
     }
     e->origin = *origin;
     e->retired = 0;
-    last_inserted = e;
+    cupool_thread.last_inserted = e;
     shard_unlock(s);
     return 0;
 }
@@ -204,6 +210,22 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
     }
     shard_unlock(s);
     return result;
+}
+
+int cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out, int (*now)(const cupool_origin_t *, const void *),
+                       const void *arg)
+{
+    if (!ptr) return -1; /* the shards' sentinels */
+    shard_t *s = shard_of(ptr);
+    shard_lock(s);
+    entry_t *e = live(s, ptr);
+    int taken = e && !e->origin.freed && now(&e->origin, arg);
+    if (taken) {
+        *out = e->origin;
+        retire(s, e);
+    }
+    shard_unlock(s);
+    return taken ? 0 : -1;
 }
 
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)

@@ -31,6 +31,12 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out);
  * block was already freed and is still held (a double free), or -1 when
  * cupool does not know ptr.  *kept says what keep() answered. */
 int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const cupool_origin_t *), int *kept);
+/* The program frees the block starting at ptr, and now() says cupool gives
+ * it back at once: under one lock, removes it, copying its record to *out,
+ * and returns 0.  Any other block, known or not, stays as it is (-1), for
+ * cupool_origin_claim to decide. */
+int cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out, int (*now)(const cupool_origin_t *, const void *),
+                       const void *arg);
 /* Copies the record of the block starting at ptr without removing it; 0 if found. */
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
 /* Removes every block owned by a context and not freed, calling fn on each. */

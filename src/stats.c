@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* The rare counters (trims, OOM retries, rewritten memsets, peaks), one set
@@ -46,22 +47,28 @@ static void raise_peak(atomic_ullong *peak, unsigned long long value)
  * thread ends. */
 enum { HOT_POOLED_ALLOCS, HOT_NATIVE_ALLOCS, HOT_POOLED_FREES, HOT_NATIVE_FREES, HOT_POOLED_BYTES,
        HOT_NATIVE_BYTES, HOT_FREED_BYTES, HOT_ESTIMATE_NS, HOT_COUNT };
+/* What the fast paths of cuMemAlloc and cuMemFree count: four counters a
+ * device, so that a fast call writes one cache line of the set.  They are
+ * pooled allocations and frees (hot_sum adds them in); the calls
+ * themselves are not counted in `calls`, which only the CUPOOL_STATS
+ * summary prints, and the fast paths are off while CUPOOL_STATS is on. */
+enum { FAST_ALLOCS, FAST_BYTES, FAST_FREES, FAST_FREED_BYTES, FAST_COUNT };
 
-typedef struct hot {
+typedef struct cupool_counters {
+    atomic_ullong fast[CUPOOL_MAX_DEVICES + 1][FAST_COUNT]; /* first: the set is line-aligned */
     atomic_ullong device[CUPOOL_MAX_DEVICES + 1][HOT_COUNT];
     atomic_ullong calls[CUPOOL_SYM_COUNT];
     atomic_ullong time_ns; /* in the calls cupool served itself */
-    struct hot *next;
-} hot_t;
+    struct cupool_counters *next;
+} __attribute__((aligned(64))) hot_t;
 
 static pthread_mutex_t hot_lock = PTHREAD_MUTEX_INITIALIZER;
 static hot_t *hot_sets;
 static hot_t retired; /* also the set of a thread whose own could not be allocated */
 static pthread_key_t hot_key;
 static pthread_once_t hot_once = PTHREAD_ONCE_INIT;
-static CUPOOL_THREAD_LOCAL hot_t *my_hot;
 
-static void bump(hot_t *h, atomic_ullong *counter, uint64_t n)
+static inline __attribute__((always_inline)) void bump(hot_t *h, atomic_ullong *counter, uint64_t n)
 {
     if (CUPOOL_UNLIKELY(h == &retired)) atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
     else atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n, memory_order_relaxed);
@@ -69,10 +76,14 @@ static void bump(hot_t *h, atomic_ullong *counter, uint64_t n)
 
 static void fold(hot_t *into, const hot_t *from)
 {
-    for (int d = 0; d <= CUPOOL_MAX_DEVICES; d++)
+    for (int d = 0; d <= CUPOOL_MAX_DEVICES; d++) {
+        for (int k = 0; k < FAST_COUNT; k++)
+            atomic_fetch_add_explicit(&into->fast[d][k], atomic_load_explicit(&from->fast[d][k], memory_order_relaxed),
+                                      memory_order_relaxed);
         for (int k = 0; k < HOT_COUNT; k++)
             atomic_fetch_add_explicit(&into->device[d][k], atomic_load_explicit(&from->device[d][k], memory_order_relaxed),
                                       memory_order_relaxed);
+    }
     for (int i = 0; i < CUPOOL_SYM_COUNT; i++)
         atomic_fetch_add_explicit(&into->calls[i], atomic_load_explicit(&from->calls[i], memory_order_relaxed),
                                   memory_order_relaxed);
@@ -85,7 +96,7 @@ static void thread_done(void *arg)
     hot_t *h = arg;
     /* Another library's thread-exit destructor may still call the driver
      * after this one: such late calls count into `retired`. */
-    my_hot = &retired;
+    cupool_thread.counters = &retired;
     pthread_mutex_lock(&hot_lock);
     fold(&retired, h);
     for (hot_t **p = &hot_sets; *p; p = &(*p)->next)
@@ -119,21 +130,22 @@ static __attribute__((noinline, cold)) hot_t *first_hot(void);
  * line so the counting paths stay leaves. */
 static inline hot_t *hot(void)
 {
-    if (CUPOOL_LIKELY(my_hot != NULL)) return my_hot;
+    if (CUPOOL_LIKELY(cupool_thread.counters != NULL)) return cupool_thread.counters;
     return first_hot();
 }
 
 static hot_t *first_hot(void)
 {
     pthread_once(&hot_once, hot_setup);
-    hot_t *h = calloc(1, sizeof *h);
+    hot_t *h = aligned_alloc(_Alignof(hot_t), sizeof *h);
     if (!h) return &retired;
+    memset(h, 0, sizeof *h);
     pthread_mutex_lock(&hot_lock);
     h->next = hot_sets;
     hot_sets = h;
     pthread_mutex_unlock(&hot_lock);
     pthread_setspecific(hot_key, h);
-    return my_hot = h;
+    return cupool_thread.counters = h;
 }
 
 /* The sum over every thread's set of the counter at `offset` in hot_t. */
@@ -147,15 +159,42 @@ static uint64_t hot_total(size_t offset)
     return total;
 }
 
+static uint64_t fast_sum(int device, int k)
+{
+    return hot_total(offsetof(hot_t, fast) + ((size_t)device * FAST_COUNT + (size_t)k) * sizeof(atomic_ullong));
+}
+
+/* A device counter: the general paths' count plus the fast paths' share. */
 static uint64_t hot_sum(int device, int k)
 {
-    return hot_total(offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong));
+    uint64_t total =
+        hot_total(offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong));
+    switch (k) {
+    case HOT_POOLED_ALLOCS: return total + fast_sum(device, FAST_ALLOCS);
+    case HOT_POOLED_BYTES: return total + fast_sum(device, FAST_BYTES);
+    case HOT_POOLED_FREES: return total + fast_sum(device, FAST_FREES);
+    case HOT_FREED_BYTES: return total + fast_sum(device, FAST_FREED_BYTES);
+    default: return total;
+    }
 }
 
 void cupool_stats_count(int sym)
 {
     hot_t *h = hot();
     bump(h, &h->calls[sym], 1);
+}
+
+void cupool_stats_thread(void)
+{
+    hot();
+}
+
+void cupool_stats_fast(int device, int is_free, size_t size)
+{
+    hot_t *h = cupool_thread.counters; /* set: see cupool_stats_thread */
+    atomic_ullong *f = h->fast[slot(device)];
+    bump(h, &f[is_free ? FAST_FREES : FAST_ALLOCS], 1);
+    bump(h, &f[is_free ? FAST_FREED_BYTES : FAST_BYTES], size);
 }
 
 void cupool_stats_call(int sym, uint64_t served_ns)
@@ -224,7 +263,7 @@ void cupool_stats_alloc(int device, int route, size_t size)
     if (route == CUPOOL_ROUTE_POOL) {
         bump(h, &c[HOT_POOLED_ALLOCS], 1);
         bump(h, &c[HOT_POOLED_BYTES], size);
-        if (cupool_timing) timed_alloc(h, c, device, size);
+        if (cupool_hot.timing) timed_alloc(h, c, device, size);
     } else {
         bump(h, &c[HOT_NATIVE_ALLOCS], 1);
         bump(h, &c[HOT_NATIVE_BYTES], size);
@@ -238,7 +277,7 @@ void cupool_stats_free(int device, int route, size_t size)
     if (route == CUPOOL_ROUTE_POOL) {
         bump(h, &c[HOT_POOLED_FREES], 1);
         bump(h, &c[HOT_FREED_BYTES], size);
-        if (cupool_timing) timed_free(h, c, device, size);
+        if (cupool_hot.timing) timed_free(h, c, device, size);
     } else {
         bump(h, &c[HOT_NATIVE_FREES], 1);
     }

@@ -7,9 +7,7 @@
  */
 #include "context.h"
 
-/* ---- captures ------------------------------------------------------------ */
-
-atomic_int cupool_captures;
+/* ---- captures (counted in cupool_hot.captures) ---------------------------- */
 
 /* Every capture starts in one of cupool's BeginCapture shims, so while none
  * is in progress the thread's capture mode cannot matter and the two driver
@@ -19,7 +17,7 @@ atomic_int cupool_captures;
 CUstreamCaptureMode cupool_relaxed_begin(void)
 {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (atomic_load_explicit(&cupool_captures, memory_order_relaxed) == 0 || !real_cuThreadExchangeStreamCaptureMode ||
+    if (atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) == 0 || !real_cuThreadExchangeStreamCaptureMode ||
         real_cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
         return CUPOOL_NO_EXCHANGE;
     return mode;
@@ -62,7 +60,7 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 
 static CUresult after_begin(CUresult r)
 {
-    if (r == CUDA_SUCCESS) atomic_fetch_add(&cupool_captures, 1);
+    if (r == CUDA_SUCCESS) atomic_fetch_add(&cupool_hot.captures, 1);
     return r;
 }
 
@@ -132,7 +130,7 @@ static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), is_capturing_f
 {
     int was = capturing(is_capturing, stream);
     CUresult r = end(stream, graph);
-    if (was && !capturing(is_capturing, stream) && atomic_fetch_sub(&cupool_captures, 1) == 1)
+    if (was && !capturing(is_capturing, stream) && atomic_fetch_sub(&cupool_hot.captures, 1) == 1)
         cupool_captures_ended();
     return r;
 }

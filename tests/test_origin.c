@@ -15,8 +15,11 @@
 #include <pthread.h>
 #include <sched.h>
 
-/* The spin lock's contended wait lives in driver.c, which this program does
- * not link: a plain one will do. */
+/* The thread's hints live in cupool_thread, defined in driver.c, which this
+ * program does not link. */
+CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
+
+/* The spin lock's contended wait lives in driver.c too: a plain one will do. */
 void cupool_spin_wait(cupool_spinlock_t *lock)
 {
     while (atomic_exchange_explicit(lock, 1, memory_order_acquire)) sched_yield();
