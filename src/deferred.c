@@ -307,7 +307,7 @@ int cupool_free_is_deferred(const cupool_origin_t *o)
            atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
 }
 
-CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
+__attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
 {
     warn_give_back(o->ptr, r);
     return restore(o, r);

@@ -95,7 +95,7 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
 /* Whether the block's free may go to the driver at once, on the legacy
  * stream of the calling thread's context (arg, its state): the block's
  * context is that one and `ordered`, and no capture is in progress. */
-static int frees_now(const cupool_origin_t *o, const void *current)
+static CUPOOL_HOT_PATH int frees_now(const cupool_origin_t *o, const void *current)
 {
     return o->owner == current && atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED &&
            !atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed);
@@ -164,14 +164,19 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     return CUDA_SUCCESS;
 }
 
-CUPOOL_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+static __attribute__((noinline)) CUresult alloc_general(CUdeviceptr *dptr, size_t bytesize)
 {
-    if (CUPOOL_LIKELY(alloc_fast(dptr, bytesize))) return CUDA_SUCCESS;
     CUPOOL_SHIM_BEGIN(call, cuMemAlloc_v2);
     call.size = bytesize;
     CUresult r = allocate(dptr, bytesize, &call);
     if (r == CUDA_SUCCESS) call.ptr = *dptr;
     return cupool_call_end(&call, r);
+}
+
+CUPOOL_EXPORT CUPOOL_HOT_PATH CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    if (CUPOOL_LIKELY(alloc_fast(dptr, bytesize))) return CUDA_SUCCESS;
+    return alloc_general(dptr, bytesize);
 }
 
 CUPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -196,10 +201,17 @@ CUPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
     return cupool_call_end(&call, r);
 }
 
-CUPOOL_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+static __attribute__((noinline)) CUresult free_general(CUdeviceptr dptr);
+
+CUPOOL_EXPORT CUPOOL_HOT_PATH CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult fast;
     if (CUPOOL_LIKELY(free_fast(dptr, &fast))) return fast;
+    return free_general(dptr);
+}
+
+static CUresult free_general(CUdeviceptr dptr)
+{
     CUPOOL_SHIM_BEGIN(call, cuMemFree_v2);
     call.ptr = dptr;
     cupool_origin_t o;

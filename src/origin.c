@@ -76,8 +76,9 @@ static void shard_unlock(shard_t *s)
     cupool_spin_unlock(&s->lock);
 }
 
-/* Unlinks an entry and keeps it for the next insertion; shard lock held. */
-static void recycle(shard_t *s, entry_t *e)
+/* Unlinks an entry and keeps it for the next insertion; shard lock held.
+ * Out of line: retire() calls it once per RETIRED_MAX retirements at most. */
+static __attribute__((noinline, cold)) void recycle(shard_t *s, entry_t *e)
 {
     HASH_DEL(s->table, e);
     e->retired = 0;     /* a stale ring slot naming it leaves it alone */
@@ -92,7 +93,7 @@ static void recycle(shard_t *s, entry_t *e)
  * cleared when its entry is revived: the entry it names goes only if it is
  * still retired from that very slot (not revived, not retired again since,
  * not recycled).  Shard lock held. */
-static void retire(shard_t *s, entry_t *e)
+static inline void retire(shard_t *s, entry_t *e)
 {
     entry_t *oldest = s->ring[s->next];
     if (oldest && oldest->retired && oldest->slot == s->next) recycle(s, oldest);
@@ -105,7 +106,7 @@ static void retire(shard_t *s, entry_t *e)
 }
 
 /* The live entry of ptr, or NULL; shard lock held. */
-static entry_t *live(shard_t *s, CUdeviceptr ptr)
+static inline entry_t *live(shard_t *s, CUdeviceptr ptr)
 {
     entry_t *e = hinted(s, cupool_thread.last_inserted, ptr);
     if (!e) HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
@@ -155,7 +156,7 @@ static __attribute__((noinline)) entry_t *find_or_add(shard_t *s, CUdeviceptr pt
     return e ? e : add_entry(s, ptr);
 }
 
-int cupool_origin_insert(const cupool_origin_t *origin)
+CUPOOL_HOT_PATH int cupool_origin_insert(const cupool_origin_t *origin)
 {
     shard_t *s = shard_of(origin->ptr);
     shard_lock(s);
@@ -212,7 +213,7 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
     return result;
 }
 
-int cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out, int (*now)(const cupool_origin_t *, const void *),
+CUPOOL_HOT_PATH int cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out, int (*now)(const cupool_origin_t *, const void *),
                        const void *arg)
 {
     if (!ptr) return -1; /* the shards' sentinels */

@@ -189,7 +189,7 @@ void cupool_stats_thread(void)
     hot();
 }
 
-void cupool_stats_fast(int device, int is_free, size_t size)
+CUPOOL_HOT_PATH void cupool_stats_fast(int device, int is_free, size_t size)
 {
     hot_t *h = cupool_thread.counters; /* set: see cupool_stats_thread */
     atomic_ullong *f = h->fast[slot(device)];
