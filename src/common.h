@@ -78,8 +78,8 @@ CUPOOL_USED(CUPOOL_REAL_DECL)
 /* The process-wide state every allocation and free reads, in one cache line.
  * Between two of cupool's calls the driver's own evict most of the L1 cache,
  * so each line cupool reads costs a miss; spread over the data segment these
- * were eight lines a pair (docs/PERFORMANCE.md).  Written at start-up, and
- * rarely after (captures, generation). */
+ * were eight lines a pair (README, "What cupool itself costs").  Written at
+ * start-up, and rarely after (captures, generation). */
 typedef struct cupool_hot {
     atomic_int driver_loaded; /* cupool_driver_load() succeeded */
     atomic_int started;       /* the program's cuInit succeeded: pools may be used */
