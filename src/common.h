@@ -85,7 +85,8 @@ typedef struct cupool_hot {
     atomic_int started;       /* the program's cuInit succeeded: pools may be used */
     int timing;               /* the log or statistics need timestamps */
     int count_used;           /* something reads the devices' `used` counts (context.h) */
-    atomic_int fast;          /* started, and neither timing nor counting: the fast paths of memory.c */
+    atomic_int fast;          /* memory.c's fast paths may run: started, no log, statistics or limit,
+                                 CUPOOL_FREE auto or ordered, and no context has left `ordered` */
     atomic_int captures;      /* stream captures in progress, any thread (stream.c) */
     atomic_uint generation;   /* bumped when a context goes away (context.c) */
     /* The driver calls of a pooled allocation and free: copies of their
