@@ -19,11 +19,11 @@
 
 #define CUPOOL_EXPORT __attribute__((visibility("default")))
 #define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* The functions of the fast paths (memory.c): placed together (.text.hot),
  * so that the few instruction lines an allocation and a free run stay
  * apart from the rest, which the driver's own code evicts between calls. */
 #define CUPOOL_HOT_PATH __attribute__((hot))
-#define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* cupool's thread-locals: initial-exec, a plain %fs-relative access instead
  * of a __tls_get_addr call on every intercepted call.  Fine for a library
  * that is preloaded; one dlopen()ed later takes its few bytes from the
@@ -107,6 +107,13 @@ typedef struct cupool_thread {
     struct cupool_counters *counters;     /* its statistics counters (stats.c) */
 } __attribute__((aligned(64))) cupool_thread_t;
 extern CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
+
+/* Whether a stream capture is in progress in any thread: neither the legacy
+ * stream nor a context-wide synchronization may be used then. */
+static inline int cupool_capturing(void)
+{
+    return atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0;
+}
 
 /* Loads libcuda.so.1 and every real_* pointer once; false if the driver is
  * missing.  cupool_driver_ready is its inline fast path: every shim asks. */

@@ -325,7 +325,7 @@ cupool_context_t *cupool_context_of(CUcontext ctx)
  * blocking stream follows the legacy stream on the GPU anyway. */
 static void order_after_allocations(cupool_context_t *c, CUstream stream)
 {
-    if (!c->private_stream || atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0) return;
+    if (!c->private_stream || cupool_capturing()) return;
     CUevent done;
     if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
     if (real_cuEventRecord(done, c->private_stream) == CUDA_SUCCESS) real_cuStreamWaitEvent(stream, done, 0);

@@ -94,6 +94,13 @@ static inline void cupool_device_used(cupool_device_t *dev, int64_t delta)
         atomic_fetch_add_explicit(&dev->used, (unsigned long long)delta, memory_order_relaxed);
 }
 
+/* Whether an allocation or free in this context goes on the legacy stream
+ * now: the context is `ordered` and no capture is in progress. */
+static inline int cupool_ordered_now(const cupool_context_t *c)
+{
+    return atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED && !cupool_capturing();
+}
+
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
 

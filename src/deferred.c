@@ -303,8 +303,7 @@ int cupool_free_is_deferred(const cupool_origin_t *o)
 {
     /* During a capture neither the legacy stream nor a context-wide
      * synchronization may be touched: the block is held until it ends. */
-    return atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0 ||
-           atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
+    return cupool_capturing() || atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
 }
 
 __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
@@ -315,7 +314,7 @@ __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_
 
 CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred)
 {
-    if (deferred) return defer(c, o, atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0);
+    if (deferred) return defer(c, o, cupool_capturing());
     /* sync: the whole context first, then on the legacy stream as ordered. */
     CUresult r = real_cuCtxSynchronize();
     if (r == CUDA_SUCCESS) r = give_back(o->ptr, CU_STREAM_LEGACY);

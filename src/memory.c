@@ -42,7 +42,7 @@ static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, C
 {
     if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) cupool_reclaim(c, 0);
     *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
-    if (*mode == CUPOOL_FREE_ORDERED && atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) == 0)
+    if (*mode == CUPOOL_FREE_ORDERED && !cupool_capturing())
         return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
     return pool_alloc_private(c, pool, dptr, size);
 }
@@ -78,9 +78,7 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
 {
     if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr || !size) return 0;
     cupool_context_t *c = cupool_current_context();
-    if (!c || !c->any_size_pool || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED ||
-        cupool_reclaim_due(c) || atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed))
-        return 0;
+    if (!c || !c->any_size_pool || !cupool_ordered_now(c) || cupool_reclaim_due(c)) return 0;
     if (cupool_hot.alloc_from_pool(dptr, size, c->any_size_pool, CU_STREAM_LEGACY) != CUDA_SUCCESS) return 0;
     cupool_origin_t origin = {
         .ptr = *dptr, .size = size, .owner = c, .pool = c->any_size_pool, .mode = CUPOOL_FREE_ORDERED};
@@ -97,8 +95,7 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
  * context is that one and `ordered`, and no capture is in progress. */
 static CUPOOL_HOT_PATH int frees_now(const cupool_origin_t *o, const void *current)
 {
-    return o->owner == current && atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED &&
-           !atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed);
+    return o->owner == current && cupool_ordered_now(o->owner);
 }
 
 /* Serves cuMemFree of a block frees_now() allows; 1 when served, *result

@@ -17,7 +17,7 @@
 CUstreamCaptureMode cupool_relaxed_begin(void)
 {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) == 0 || !real_cuThreadExchangeStreamCaptureMode ||
+    if (!cupool_capturing() || !real_cuThreadExchangeStreamCaptureMode ||
         real_cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
         return CUPOOL_NO_EXCHANGE;
     return mode;
