@@ -47,20 +47,19 @@ static void raise_peak(atomic_ullong *peak, unsigned long long value)
  * thread ends. */
 enum { HOT_POOLED_ALLOCS, HOT_NATIVE_ALLOCS, HOT_POOLED_FREES, HOT_NATIVE_FREES, HOT_POOLED_BYTES,
        HOT_NATIVE_BYTES, HOT_FREED_BYTES, HOT_ESTIMATE_NS, HOT_COUNT };
-/* What the fast paths of cuMemAlloc and cuMemFree count: four counters a
- * device, so that a fast call writes one cache line of the set.  They are
- * pooled allocations and frees (hot_sum adds them in); the calls
- * themselves are not counted in `calls`, which only the CUPOOL_STATS
- * summary prints, and the fast paths are off while CUPOOL_STATS is on. */
-enum { FAST_ALLOCS, FAST_BYTES, FAST_FREES, FAST_FREED_BYTES, FAST_COUNT };
 
+/* A device's counters fill one cache line of the set (it is line-aligned
+ * and they come first): an allocation or free writes that line alone.  The
+ * fast paths of cuMemAlloc and cuMemFree count there too, but not in
+ * `calls`, which only the CUPOOL_STATS summary prints: they are off while
+ * CUPOOL_STATS is on. */
 typedef struct cupool_counters {
-    atomic_ullong fast[CUPOOL_MAX_DEVICES + 1][FAST_COUNT]; /* first: the set is line-aligned */
     atomic_ullong device[CUPOOL_MAX_DEVICES + 1][HOT_COUNT];
     atomic_ullong calls[CUPOOL_SYM_COUNT];
     atomic_ullong time_ns; /* in the calls cupool served itself */
     struct cupool_counters *next;
 } __attribute__((aligned(64))) hot_t;
+_Static_assert(HOT_COUNT * sizeof(atomic_ullong) == 64, "a device's counters fill one cache line");
 
 static pthread_mutex_t hot_lock = PTHREAD_MUTEX_INITIALIZER;
 static hot_t *hot_sets;
@@ -76,14 +75,10 @@ static inline __attribute__((always_inline)) void bump(hot_t *h, atomic_ullong *
 
 static void fold(hot_t *into, const hot_t *from)
 {
-    for (int d = 0; d <= CUPOOL_MAX_DEVICES; d++) {
-        for (int k = 0; k < FAST_COUNT; k++)
-            atomic_fetch_add_explicit(&into->fast[d][k], atomic_load_explicit(&from->fast[d][k], memory_order_relaxed),
-                                      memory_order_relaxed);
+    for (int d = 0; d <= CUPOOL_MAX_DEVICES; d++)
         for (int k = 0; k < HOT_COUNT; k++)
             atomic_fetch_add_explicit(&into->device[d][k], atomic_load_explicit(&from->device[d][k], memory_order_relaxed),
                                       memory_order_relaxed);
-    }
     for (int i = 0; i < CUPOOL_SYM_COUNT; i++)
         atomic_fetch_add_explicit(&into->calls[i], atomic_load_explicit(&from->calls[i], memory_order_relaxed),
                                   memory_order_relaxed);
@@ -159,23 +154,9 @@ static uint64_t hot_total(size_t offset)
     return total;
 }
 
-static uint64_t fast_sum(int device, int k)
-{
-    return hot_total(offsetof(hot_t, fast) + ((size_t)device * FAST_COUNT + (size_t)k) * sizeof(atomic_ullong));
-}
-
-/* A device counter: the general paths' count plus the fast paths' share. */
 static uint64_t hot_sum(int device, int k)
 {
-    uint64_t total =
-        hot_total(offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong));
-    switch (k) {
-    case HOT_POOLED_ALLOCS: return total + fast_sum(device, FAST_ALLOCS);
-    case HOT_POOLED_BYTES: return total + fast_sum(device, FAST_BYTES);
-    case HOT_POOLED_FREES: return total + fast_sum(device, FAST_FREES);
-    case HOT_FREED_BYTES: return total + fast_sum(device, FAST_FREED_BYTES);
-    default: return total;
-    }
+    return hot_total(offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong));
 }
 
 void cupool_stats_count(int sym)
@@ -192,9 +173,9 @@ void cupool_stats_thread(void)
 CUPOOL_HOT_PATH void cupool_stats_fast(int device, int is_free, size_t size)
 {
     hot_t *h = cupool_thread.counters; /* set: see cupool_stats_thread */
-    atomic_ullong *f = h->fast[slot(device)];
-    bump(h, &f[is_free ? FAST_FREES : FAST_ALLOCS], 1);
-    bump(h, &f[is_free ? FAST_FREED_BYTES : FAST_BYTES], size);
+    atomic_ullong *c = h->device[slot(device)];
+    bump(h, &c[is_free ? HOT_POOLED_FREES : HOT_POOLED_ALLOCS], 1);
+    bump(h, &c[is_free ? HOT_FREED_BYTES : HOT_POOLED_BYTES], size);
 }
 
 void cupool_stats_call(int sym, uint64_t served_ns)
