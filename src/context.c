@@ -217,6 +217,7 @@ static void promote(cupool_context_t *c, int mode)
         else cupool_synchronize_switch(c);
     }
     atomic_store(&c->mode, mode);
+    if (old == CUPOOL_FREE_DEFERRED) cupool_deferred_leave(c);
     /* The fast paths serve `ordered` alone; they stay off from now on. */
     atomic_store(&cupool_hot.fast, 0);
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));

@@ -64,6 +64,10 @@ typedef struct cupool_context {
     int nspare, spare_cap;
     cupool_spare_list_t spare_blocks;        /* records kept for reuse (deferred.c) */
     cupool_spare_list_t spare_batches;
+    cupool_spare_list_t spare_sizes;
+    struct ready_size *ready_sizes;          /* deferred blocks ready for reuse, by size (deferred.c) */
+    deferred_block_t *ready_oldest, *ready_newest;
+    uint64_t ready_bytes;
     struct cupool_context *next;             /* registry chain */
 } __attribute__((aligned(64))) cupool_context_t;
 
@@ -144,6 +148,17 @@ void cupool_synchronize_switch(cupool_context_t *c);
 static inline int cupool_deferred_waiting(const cupool_context_t *c)
 {
     return c->head || c->pending || c->held;
+}
+/* Serves a `deferred` allocation from the blocks freed earlier in the
+ * context whose users are all done, returning completed ones first; 1 when
+ * *dptr is such a block (still in the origin table, marked freed). */
+int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
+/* The context has left `deferred`: its ready blocks go back to the pool. */
+void cupool_deferred_leave(cupool_context_t *c);
+/* Bytes of the context's ready blocks (a hint, read without its lock). */
+static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
+{
+    return c->ready_bytes;
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
 /* Frees the deferred-free records a context keeps for reuse (its teardown). */

@@ -40,8 +40,15 @@ static __attribute__((noinline)) CUresult pool_alloc_private(cupool_context_t *c
 static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size,
                                        int *mode)
 {
-    if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) cupool_reclaim(c, 0);
     *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    if (*mode == CUPOOL_FREE_DEFERRED && !cupool_capturing()) {
+        /* A block of this size freed earlier, whose users are all done
+         * (it reclaims too, under the lock it takes anyway). */
+        if (cupool_deferred_reuse(c, size, dptr)) return CUDA_SUCCESS;
+    } else if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) {
+        cupool_reclaim(c, 0);
+        *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    }
     if (*mode == CUPOOL_FREE_ORDERED && !cupool_capturing())
         return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
     return pool_alloc_private(c, pool, dptr, size);
@@ -248,8 +255,10 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     CUresult r = real_cuMemGetInfo_v2(free, total);
     cupool_context_t *c;
     if (r == CUDA_SUCCESS && free && total && cupool_active() && (c = cupool_current_context()) && c->device->pooled) {
-        /* What the pools hold but do not use is free for the program. */
-        uint64_t idle = cupool_device_reserved_unused(c->device);
+        /* What the pools hold but do not use is free for the program, and
+         * so are the blocks cupool keeps ready for reuse (deferred.c; on a
+         * device with a second context, none: that is `sync`). */
+        uint64_t idle = cupool_device_reserved_unused(c->device) + cupool_deferred_ready_bytes(c);
         *free = *free + idle > *total ? *total : *free + idle;
         call.device = c->device->ordinal;
     }

@@ -273,6 +273,13 @@ uint64_t tl_pool_used(CUmemoryPool pool)
     return used;
 }
 
+uint64_t tl_held(void)
+{
+    size_t free_bytes = 0, total = 0;
+    CHECK_CU(cuMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+}
+
 void tl_fill(CUdeviceptr ptr, size_t bytes, uint32_t pattern)
 {
     size_t words = bytes / 4, tail = bytes % 4;

@@ -66,6 +66,11 @@ int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, i
  * the bytes that pool has in use. */
 CUmemoryPool tl_pool_of(CUdeviceptr ptr);
 uint64_t tl_pool_used(CUmemoryPool pool);
+/* Device memory in use as cuMemGetInfo tells the program (total - free):
+ * blocks allocated and not freed, and freed blocks cupool still waits on.
+ * What the pools reserve without using, and the freed blocks cupool keeps
+ * ready for reuse in `deferred`, count as free. */
+uint64_t tl_held(void);
 
 /* Fills `bytes` at ptr with a 32-bit pattern (bytes need not be a multiple
  * of 4: the tail gets the pattern's low byte) and checks the first, middle and

@@ -1,0 +1,193 @@
+/*
+ * Proves the ready store of `deferred` mode (src/deferred.c): a freed block
+ * whose events have completed serves the context's next allocation of the
+ * same size without going back to the pool, and is otherwise free memory.
+ *   reuse:      after the free has completed, cuMemGetInfo counts the block
+ *               as free while the pool still has it in use; the next
+ *               allocation of its size is that block, with no pool call,
+ *               and holds what the program writes; a second free of it
+ *               gets the driver's error and does not hand it out twice; a
+ *               second after its free, unused, it goes back to the pool.
+ *   threshold0: CUPOOL_RELEASE_THRESHOLD=0 turns the store off.
+ *   cap:        CUPOOL_RELEASE_THRESHOLD=8M caps the store at 8 MiB.
+ *   leave:      a context moved from `deferred` to `sync` (auto, a second
+ *               context) hands its ready blocks back.
+ *   oom:        an allocation that needs the memory the store keeps gets
+ *               it (simulator only: SIMCUDA_MEM sets the device's size).
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#define BLOCK (4ull << 20)
+#define SMALL 256
+#define SLACK (2ull << 20) /* what else may move the figures on a real GPU */
+
+/* Lets every free so far complete and reach the store (or the pool): the
+ * next cupool call after a synchronization sees their events complete. */
+static void settle(void)
+{
+    CUdeviceptr probe;
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemAlloc(&probe, SMALL));
+    CHECK_CU(cuMemFree(probe));
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemAlloc(&probe, SMALL));
+    CHECK_CU(cuMemFree(probe));
+}
+
+static int reuse(void)
+{
+    tl_init(0);
+    CUdeviceptr a, b, c1, c2, again;
+    CHECK_CU(cuMemAlloc(&a, BLOCK));
+    tl_fill(a, BLOCK, 0xA1A1A1A1u);
+    CUmemoryPool pool = tl_pool_of(a);
+    CHECK_TRUE(pool != NULL);
+    uint64_t held_live = tl_held(), used_live = tl_pool_used(pool);
+    CHECK_CU(cuMemFree(a));
+    settle();
+    /* Free for the program, still allocated from the pool. */
+    uint64_t held_free = tl_held(), used_free = tl_pool_used(pool);
+    printf("freed: in use %llu -> %llu, pool used %llu -> %llu\n", (unsigned long long)held_live,
+           (unsigned long long)held_free, (unsigned long long)used_live, (unsigned long long)used_free);
+    CHECK_TRUE(held_free + BLOCK - SLACK <= held_live);
+    CHECK_TRUE(used_free >= used_live);
+    /* The next allocation of its size is that block, and the pool is not asked. */
+    CHECK_CU(cuMemAlloc(&b, BLOCK));
+    CHECK_EQ(b, a);
+    CHECK_EQ(tl_pool_used(pool), used_free);
+    tl_fill(b, BLOCK, 0xB2B2B2B2u);
+    CHECK_TRUE(tl_spot_check(b, BLOCK, 0xB2B2B2B2u) == 0);
+    cupool_stats_t s = tl_stats(0);
+    CHECK_EQ(s.in_use, BLOCK);
+    /* A second free: the driver's answer, and the block is handed out once. */
+    CHECK_CU(cuMemFree(b));
+    CHECK_CU_EQ(cuMemFree(b), CUDA_ERROR_INVALID_VALUE);
+    settle();
+    CHECK_CU_EQ(cuMemFree(b), CUDA_ERROR_INVALID_VALUE);
+    CHECK_CU(cuMemAlloc(&c1, BLOCK));
+    CHECK_CU(cuMemAlloc(&c2, BLOCK));
+    CHECK_NE(c1, c2);
+    CHECK_CU(cuMemFree(c1));
+    CHECK_CU(cuMemFree(c2));
+    settle();
+    CHECK_TRUE(tl_pool_used(pool) >= 2 * BLOCK);
+    /* Unused for a second after their frees, they go back to the pool at
+     * the next call. */
+    usleep(1100 * 1000);
+    CHECK_CU(cuMemAlloc(&again, SMALL));
+    uint64_t used_aged = tl_pool_used(pool);
+    printf("a second later: pool used %llu\n", (unsigned long long)used_aged);
+    CHECK_TRUE(used_aged < SLACK);
+    CHECK_CU(cuMemFree(again));
+    return 0;
+}
+
+/* Frees n blocks and returns what the pool still uses once they completed. */
+static uint64_t free_blocks(int n, CUmemoryPool *pool)
+{
+    CUdeviceptr blocks[8];
+    CHECK_TRUE(n <= 8);
+    for (int i = 0; i < n; i++) CHECK_CU(cuMemAlloc(&blocks[i], BLOCK));
+    *pool = tl_pool_of(blocks[0]);
+    CHECK_TRUE(*pool != NULL);
+    for (int i = 0; i < n; i++) CHECK_CU(cuMemFree(blocks[i]));
+    settle();
+    return tl_pool_used(*pool);
+}
+
+static int threshold0(void)
+{
+    tl_init(0);
+    CUmemoryPool pool;
+    uint64_t used = free_blocks(1, &pool);
+    printf("threshold 0: pool used %llu after the free\n", (unsigned long long)used);
+    CHECK_TRUE(used < SLACK);
+    return 0;
+}
+
+static int cap(void)
+{
+    tl_init(0);
+    CUmemoryPool pool;
+    uint64_t used = free_blocks(6, &pool);
+    printf("cap 8 MiB: pool used %llu after freeing 6 x 4 MiB\n", (unsigned long long)used);
+    /* Two blocks at most: the probe's frees then push out the oldest. */
+    CHECK_TRUE(used >= BLOCK);
+    CHECK_TRUE(used <= 2 * BLOCK + 2 * SMALL);
+    return 0;
+}
+
+static int leave(void)
+{
+    CUcontext primary = tl_init(0), other;
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); /* auto -> deferred */
+    CUmemoryPool pool;
+    uint64_t used = free_blocks(2, &pool);
+    CHECK_TRUE(used >= 2 * BLOCK);
+    CUdevice dev;
+    CHECK_CU(cuCtxGetDevice(&dev));
+    CHECK_CU(cuCtxCreate(&other, NULL, 0, dev)); /* a second context: -> sync */
+    CHECK_CU(cuCtxSetCurrent(primary));
+    uint64_t after = tl_pool_used(pool);
+    printf("leave: pool used %llu -> %llu at the switch to sync\n", (unsigned long long)used,
+           (unsigned long long)after);
+    CHECK_TRUE(after < SLACK);
+    CHECK_CU(cuCtxDestroy(other));
+    CHECK_CU(cuStreamDestroy(s));
+    return 0;
+}
+
+static int oom(void)
+{
+    tl_init(0);
+    CUmemoryPool pool;
+    /* 8 x 4 MiB of a 64 MiB device kept ready: 48 MiB in one block needs them. */
+    uint64_t used = free_blocks(8, &pool);
+    CHECK_TRUE(used >= 8 * BLOCK);
+    CUdeviceptr big;
+    CHECK_CU(cuMemAlloc(&big, 48ull << 20));
+    CHECK_TRUE(tl_pool_of(big) == pool);
+    CHECK_TRUE(tl_stats(0).trims >= 1);
+    CHECK_CU(cuMemFree(big));
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int (*run)(void);
+    const char *env[4];
+    int sim_only;
+} cases[] = {
+    {"reuse", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
+    {"threshold0", threshold0, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
+    {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=8M", NULL}, 0},
+    {"leave", leave, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0},
+    {"oom", oom, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
+};
+
+int main(int argc, char **argv)
+{
+    for (size_t i = 0; argc > 2 && strcmp(argv[1], "--case") == 0 && i < sizeof cases / sizeof cases[0]; i++)
+        if (strcmp(argv[2], cases[i].name) == 0) return cases[i].run();
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].sim_only && check_real_driver()) {
+            printf("%s: skipped on the real driver\n", cases[i].name);
+            continue;
+        }
+        const char *args[] = {"--case", cases[i].name, NULL};
+        tl_child_t c;
+        tl_run_self(args, cases[i].env, 0, 60, &c);
+        printf("%s", c.out);
+        if (c.status != 0) tl_child_dump(cases[i].name, &c), failed++;
+        printf("%s: %s\n", cases[i].name, c.status == 0 ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    return failed ? 1 : 0;
+}
