@@ -8,12 +8,12 @@
  *   bare-sync      alloc on a private non-blocking stream, then cuStreamQuery
  *                  of it (cuStreamSynchronize only if not yet complete);
  *                  free = cuCtxSynchronize + cuMemFreeAsync on CU_STREAM_LEGACY
- *   bare-deferred  alloc as sync (after returning completed blocks: the
- *                  private stream waits for the block's event, then
- *                  cuMemFreeAsync on it); free = cuEventRecord on the legacy
- *                  stream, the block queued until cuEventQuery says the
- *                  event completed (cupool's fence with no non-blocking
- *                  stream in the context)
+ *   bare-deferred  free = cuEventRecord on the legacy stream, the block
+ *                  queued until cuEventQuery says the event completed
+ *                  (cupool's fence with no non-blocking stream in the
+ *                  context), then kept ready; alloc = a ready block of the
+ *                  size if there is one (no driver call: cupool's ready
+ *                  store), else as sync
  * Each thread runs its own loop on the primary context; the time reported is
  * wall time / pairs per thread (so with T threads it is what one thread sees).
  * Each configuration is warmed up, sized to a target time, timed -r times and
@@ -171,14 +171,17 @@ static const char *driver_path(void)
 
 typedef struct deferred {
     CUdeviceptr ptr;
+    size_t size;
     CUevent ev;
     struct deferred *next;
 } deferred_t;
 
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static deferred_t *head, *tail, *spare; /* spare: nodes with their events, for reuse */
+static deferred_t *ready;               /* completed: kept for the next allocation of their size */
 
-/* Called with queue_lock held: returns every block whose event completed. */
+/* Called with queue_lock held: moves every block whose event completed to
+ * the ready list. */
 static CUresult reclaim_locked(int wait)
 {
     while (head) {
@@ -189,15 +192,34 @@ static CUresult reclaim_locked(int wait)
         head = d->next;
         if (!head) tail = NULL;
         r = drv.cuStreamWaitEvent(private_stream, d->ev, 0);
-        if (r == CUDA_SUCCESS) r = drv.cuMemFreeAsync(d->ptr, private_stream);
-        d->next = spare;
-        spare = d;
+        d->next = ready;
+        ready = d;
         if (r != CUDA_SUCCESS) return r;
     }
     return CUDA_SUCCESS;
 }
 
-static CUresult deferred_free(CUdeviceptr p)
+/* Called with queue_lock held: a ready block of this size (0: none); the
+ * ready blocks of other sizes (an earlier round's) go back to the pool. */
+static CUdeviceptr take_ready(size_t size)
+{
+    while (ready && ready->size != size) {
+        deferred_t *d = ready;
+        ready = d->next;
+        CUresult r = drv.cuMemFreeAsync(d->ptr, private_stream);
+        d->next = spare;
+        spare = d;
+        if (r != CUDA_SUCCESS) return 0;
+    }
+    if (!ready) return 0;
+    deferred_t *d = ready;
+    ready = d->next;
+    d->next = spare;
+    spare = d;
+    return d->ptr;
+}
+
+static CUresult deferred_free(CUdeviceptr p, size_t size)
 {
     pthread_mutex_lock(&queue_lock);
     CUresult r = reclaim_locked(0);
@@ -210,6 +232,7 @@ static CUresult deferred_free(CUdeviceptr p)
     }
     if (r == CUDA_SUCCESS) {
         d->ptr = p;
+        d->size = size;
         d->next = NULL;
         r = drv.cuEventRecord(d->ev, CU_STREAM_LEGACY);
         if (tail) tail->next = d;
@@ -246,15 +269,18 @@ static CUresult pair(int mode, size_t size)
         if ((r = drv.cuCtxSynchronize()) != CUDA_SUCCESS) return r;
         return drv.cuMemFreeAsync(p, CU_STREAM_LEGACY);
     default: /* MODE_DEFERRED */
-        if (head) { /* unlocked peek, as cupool does */
+        if (head || ready) { /* unlocked peek, as cupool does */
             pthread_mutex_lock(&queue_lock);
             r = reclaim_locked(0);
+            if (r == CUDA_SUCCESS) p = take_ready(size);
             pthread_mutex_unlock(&queue_lock);
             if (r != CUDA_SUCCESS) return r;
         }
-        if ((r = drv.cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
-        if ((r = private_stream_done()) != CUDA_SUCCESS) return r;
-        return deferred_free(p);
+        if (!p) {
+            if ((r = drv.cuMemAllocFromPoolAsync(&p, size, pool, private_stream)) != CUDA_SUCCESS) return r;
+            if ((r = private_stream_done()) != CUDA_SUCCESS) return r;
+        }
+        return deferred_free(p, size);
     }
 }
 
@@ -315,6 +341,7 @@ static void drain(void)
     if (opt.mode == MODE_DEFERRED || opt.paired == MODE_DEFERRED) {
         pthread_mutex_lock(&queue_lock);
         CU(reclaim_locked(1));
+        take_ready(0); /* no block has size 0: every ready one goes back */
         pthread_mutex_unlock(&queue_lock);
     }
     CU(cuCtxSynchronize());

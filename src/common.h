@@ -141,7 +141,8 @@ const char *cupool_result_name(CUresult result);
     X(FREE, "CUPOOL_FREE", ENUM, "auto", "auto|ordered|deferred|sync",                                        \
       "how a free is ordered against work still using the block")                                            \
     X(RELEASE_THRESHOLD, "CUPOOL_RELEASE_THRESHOLD", SIZE, "unlimited", NULL,                                \
-      "bytes a pool keeps reserved across synchronizations (unlimited = keep everything)")                   \
+      "bytes a pool keeps reserved across synchronizations (unlimited = keep everything); "                  \
+      "also caps the freed blocks deferred keeps ready for reuse")                                            \
     X(MIN_SIZE, "CUPOOL_MIN_SIZE", SIZE, "1", NULL, "smallest allocation served from a pool")                 \
     X(MAX_SIZE, "CUPOOL_MAX_SIZE", SIZE, "unlimited", NULL, "largest allocation served from a pool")          \
     X(SPLIT_SIZE, "CUPOOL_SPLIT_SIZE", SIZE, "1M", NULL, "policy split: sizes below this use the small pool")  \
