@@ -1,0 +1,47 @@
+#!/bin/bash
+# The twelfth session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run12.sh a|b
+# a: the ready store of `deferred` (src/deferred.c) on the real driver: PyTorch
+#    train and train-stream in 3 rounds (train-stream is `deferred` under auto),
+#    then test_ready, test_kernel_race, test_stress and test_modes under
+#    compute-sanitizer in deferred and auto (each also checks its own results)
+# b: scripts/gpu-tests.sh (every test, every sanitizer run, the proofs), then
+#    alloc_bench.py at one thread in 9 rounds
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+build() {
+    ( mkdir -p build-gpu && cd build-gpu && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
+        >/dev/null && make -j16 >/dev/null 2>&1 && make -j16 check TESTS= >/dev/null 2>&1 ) || echo "build failed"
+}
+
+case ${1:-} in
+a)
+    build
+    timeout 260 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/torch --workloads train,train-stream --rounds 3 --timeout 240 \
+        --configs caching,nocache-cupool,nocache-cupool-deferred >$OUT/r/torch.txt 2>&1
+    echo "torch rc $?"
+    for t in test_ready test_kernel_race test_stress test_modes; do
+        for m in deferred auto; do
+            vars="CUPOOL_TEST_DRIVER=real CUPOOL_TEST_MODES=$m"
+            [ $m = auto ] || vars="$vars CUPOOL_FREE=$m"
+            ( cd build-gpu && env $vars timeout 150 $SAN --log-file $OUT/r/san-$t-$m.log \
+                ../tests/run-test.sh tests/$t >$OUT/r/san-$t-$m.out 2>&1; echo "rc $?" >>$OUT/r/san-$t-$m.out ) &
+        done
+    done
+    wait
+    for f in $OUT/r/san-*.log; do
+        echo "$(basename $f .log): $(tail -1 ${f%.log}.out) $(grep -h 'ERROR SUMMARY' $f | sort | uniq -c | tr '\n' ' ')"
+    done
+    ;;
+b)
+    UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=330 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"
+    timeout 150 python3 bench/alloc_bench.py --bin build-gpu/bench/alloc_bench --cupool build-gpu/scripts/cupool \
+        --library build-gpu/.libs/libcupool.so --out $OUT/r/alloc --threads 1 --rounds 9 >$OUT/r/alloc.txt 2>&1
+    echo "alloc rc $?"
+    ;;
+*) echo "usage: OUT=DIR bash docs/examples/run12.sh a|b" >&2; exit 2 ;;
+esac
+(cd $OUT/r && tar czf ../r.tgz --exclude='*.so*' --exclude=logs .)
