@@ -177,6 +177,9 @@ static CUresult give_back(CUdeviceptr ptr, CUstream stream)
  * and on out-of-memory (cupool_trim_device).  cuMemGetInfo counts the store
  * as free memory. */
 #define READY_MAX_BYTES (1ull << 30)
+#ifndef READY_EVICT_ON_MISS
+#define READY_EVICT_ON_MISS 0
+#endif
 #define READY_MAX_AGE_NS 1000000000ull
 
 /* The most the store keeps: READY_MAX_BYTES, and no more than a pool keeps
@@ -437,9 +440,27 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, UINT64_MAX);
     CUdeviceptr ptr = ready_take(c, size);
+#if READY_EVICT_ON_MISS == 1
+    /* A miss goes to the pool: the oldest ready blocks go back first, at
+     * least as many bytes as it asks for, so that the pool can serve it
+     * from them rather than grow while the store holds memory nobody asks for. */
+    for (uint64_t evicted = 0; !ptr && c->ready_oldest && evicted < size; ready_evict_oldest(c, c->private_stream))
+        evicted += c->ready_oldest->size;
+#elif READY_EVICT_ON_MISS == 2
+    if (!ptr && size >= (1u << 20)) {
+        deferred_block_t *b = c->ready_oldest;
+        for (int i = 0; b && i < 16 && b->size < size; i++) b = b->newer;
+        if (b && b->size >= size) {
+            struct ready_size *rs = ready_find(c, b->size);
+            /* b is the oldest of its size: the head of its list. */
+            release_block(c, ready_pop(c, rs), c->private_stream);
+        }
+    }
+#endif
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     if (!ptr) return 0;
+    atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
     *dptr = ptr;
     return 1;
 }

@@ -309,6 +309,8 @@ void cupool_stats_print(void)
                 human((double)LOAD(s->peak_reserved), b4, sizeof b4));
         fprintf(out, "cupool:     trims %llu, OOM retries %llu, rewritten memsets %llu\n", LOAD(s->trims),
                 LOAD(s->oom_retries), LOAD(s->rewritten_memsets));
+        if (LOAD(s->ready_reuses))
+            fprintf(out, "cupool:     deferred allocations served by a ready block %llu\n", LOAD(s->ready_reuses));
         estimate += count[HOT_ESTIMATE_NS];
     }
     double spent = (double)hot_total(offsetof(hot_t, time_ns)) / 1e6;

@@ -7,6 +7,8 @@
 #    compute-sanitizer in deferred and auto (each also checks its own results)
 # b: scripts/gpu-tests.sh (every test, every sanitizer run, the proofs), then
 #    alloc_bench.py at one thread in 9 rounds
+# e: what the ready store should give back on a miss (PyTorch train-stream,
+#    three builds side by side)
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -42,6 +44,25 @@ b)
         --library build-gpu/.libs/libcupool.so --out $OUT/r/alloc --threads 1 --rounds 9 >$OUT/r/alloc.txt 2>&1
     echo "alloc rc $?"
     ;;
-*) echo "usage: OUT=DIR bash docs/examples/run12.sh a|b" >&2; exit 2 ;;
+e)
+    # PyTorch train-stream (deferred under auto) with three policies for a
+    # miss of the ready store: 0 nothing, 1 the oldest ready blocks go back
+    # to the pool (at least the bytes asked for), 2 the oldest ready block
+    # at least as large as a request of 1 MiB or more goes back
+    for v in 0 1 2; do
+        ( mkdir -p build-e$v && cd build-e$v && ../configure -q CPPFLAGS=-DREADY_EVICT_ON_MISS=$v \
+            --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda >/dev/null && make -j16 >/dev/null 2>&1 ) &
+    done
+    wait
+    for v in 0 1 2; do
+        timeout 150 python3 bench/torch_bench.py --cupool build-e$v/scripts/cupool --library build-e$v/.libs/libcupool.so \
+            --out $OUT/r/torch-e$v --workloads train-stream --rounds 3 --timeout 140 \
+            --configs caching,nocache-cupool >$OUT/r/torch-e$v.txt 2>&1
+        echo "variant $v rc $?"; grep -A5 "^config" $OUT/r/torch-e$v.txt
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUPOOL_STATS=1 build-e$v/scripts/cupool --library build-e$v/.libs/libcupool.so \
+            python3 bench/torch_bench.py --worker nocache-cupool --workload train-stream 2>&1 | grep -E "ready block|pooled alloc|peak" | head -5
+    done
+    ;;
+*) echo "usage: OUT=DIR bash docs/examples/run12.sh a|b|e" >&2; exit 2 ;;
 esac
 (cd $OUT/r && tar czf ../r.tgz --exclude='*.so*' --exclude=logs .)
