@@ -141,12 +141,13 @@ const char *cupool_result_name(CUresult result);
     X(FREE, "CUPOOL_FREE", ENUM, "auto", "auto|ordered|deferred|sync",                                        \
       "how a free is ordered against work still using the block")                                            \
     X(RELEASE_THRESHOLD, "CUPOOL_RELEASE_THRESHOLD", SIZE, "unlimited", NULL,                                \
-      "bytes a pool keeps reserved across synchronizations (unlimited = keep everything); "                  \
-      "also caps the freed blocks deferred keeps ready for reuse")                                            \
+      "bytes a pool keeps reserved across synchronizations (unlimited = keep everything)")                   \
     X(MIN_SIZE, "CUPOOL_MIN_SIZE", SIZE, "1", NULL, "smallest allocation served from a pool")                 \
     X(MAX_SIZE, "CUPOOL_MAX_SIZE", SIZE, "unlimited", NULL, "largest allocation served from a pool")          \
     X(SPLIT_SIZE, "CUPOOL_SPLIT_SIZE", SIZE, "1M", NULL, "policy split: sizes below this use the small pool")  \
     X(LIMIT, "CUPOOL_LIMIT", SIZE, "unlimited", NULL, "bytes per device the pools may hold; beyond it allocations go native") \
+    X(DEFERRED_READY, "CUPOOL_DEFERRED_READY", SIZE, "1G", NULL,                                              \
+      "deferred: bytes of freed blocks, their users done, a context keeps for the next allocation of their size") \
     X(MEMSET, "CUPOOL_MEMSET", ENUM, "auto", "auto|kernel|native",                                            \
       "graph memset nodes on stream-ordered memory: rewrite where the driver rejects them, always, or never") \
     X(LOG, "CUPOOL_LOG", STRING, "", NULL, "JSON-lines call log path (%p = pid, - = stderr); empty = no log")  \

@@ -173,21 +173,24 @@ static CUresult give_back(CUdeviceptr ptr, CUstream stream)
  * stays allocated; its allocation is ordered before every stream as before.)
  * A ready block goes back to its pool, oldest first, when the store holds
  * more than ready_cap(), when READY_MAX_AGE_NS have passed since its free
- * (its fence) without a taker (a program that moved on to other sizes), when the context leaves `deferred`,
- * and on out-of-memory (cupool_trim_device).  cuMemGetInfo counts the store
- * as free memory. */
-#define READY_MAX_BYTES (1ull << 30)
-#ifndef READY_EVICT_ON_MISS
-#define READY_EVICT_ON_MISS 0
-#endif
+ * (its fence) without a taker (a program that moved on to other sizes), when
+ * the context leaves `deferred`, and on out-of-memory (cupool_trim_device).
+ * cuMemGetInfo counts the store as free memory.
+ * The price is memory: a block waits for its own size, where the pool could
+ * have served any smaller request from it.  PyTorch on a non-blocking stream
+ * (H200): a step 1.13x -> 1.03-1.04x the caching allocator's time, peak
+ * memory 1.45x -> 1.67x.  Handing the oldest ready blocks back on a miss
+ * (1.51x) cost more time than the store saved (1.16x; docs/examples,
+ * run12-bench.txt): a miss is mostly a block of that size still waiting for
+ * its fence, not a size the program stopped using. */
 #define READY_MAX_AGE_NS 1000000000ull
 
-/* The most the store keeps: READY_MAX_BYTES, and no more than a pool keeps
- * across synchronizations (CUPOOL_RELEASE_THRESHOLD) or may hold
- * (CUPOOL_LIMIT): CUPOOL_RELEASE_THRESHOLD=0 turns the store off. */
+/* The most the store keeps: CUPOOL_DEFERRED_READY (0 turns it off), and no
+ * more than a pool keeps across synchronizations (CUPOOL_RELEASE_THRESHOLD)
+ * or may hold (CUPOOL_LIMIT). */
 static uint64_t ready_cap(void)
 {
-    uint64_t cap = READY_MAX_BYTES;
+    uint64_t cap = cupool_option_started(CUPOOL_OPT_DEFERRED_READY);
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
     uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (threshold < cap) cap = threshold;
@@ -440,23 +443,6 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, UINT64_MAX);
     CUdeviceptr ptr = ready_take(c, size);
-#if READY_EVICT_ON_MISS == 1
-    /* A miss goes to the pool: the oldest ready blocks go back first, at
-     * least as many bytes as it asks for, so that the pool can serve it
-     * from them rather than grow while the store holds memory nobody asks for. */
-    for (uint64_t evicted = 0; !ptr && c->ready_oldest && evicted < size; ready_evict_oldest(c, c->private_stream))
-        evicted += c->ready_oldest->size;
-#elif READY_EVICT_ON_MISS == 2
-    if (!ptr && size >= (1u << 20)) {
-        deferred_block_t *b = c->ready_oldest;
-        for (int i = 0; b && i < 16 && b->size < size; i++) b = b->newer;
-        if (b && b->size >= size) {
-            struct ready_size *rs = ready_find(c, b->size);
-            /* b is the oldest of its size: the head of its list. */
-            release_block(c, ready_pop(c, rs), c->private_stream);
-        }
-    }
-#endif
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     if (!ptr) return 0;

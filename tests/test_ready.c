@@ -8,8 +8,9 @@
  *               and holds what the program writes; a second free of it
  *               gets the driver's error and does not hand it out twice; a
  *               second after its free, unused, it goes back to the pool.
- *   threshold0: CUPOOL_RELEASE_THRESHOLD=0 turns the store off.
- *   cap:        CUPOOL_RELEASE_THRESHOLD=8M caps the store at 8 MiB.
+ *   off:        CUPOOL_DEFERRED_READY=0 turns the store off, and so does
+ *               CUPOOL_RELEASE_THRESHOLD=0 (threshold0).
+ *   cap:        CUPOOL_DEFERRED_READY=8M caps the store at 8 MiB.
  *   leave:      a context moved from `deferred` to `sync` (auto, a second
  *               context) hands its ready blocks back.
  *   oom:        an allocation that needs the memory the store keeps gets
@@ -99,12 +100,12 @@ static uint64_t free_blocks(int n, CUmemoryPool *pool)
     return tl_pool_used(*pool);
 }
 
-static int threshold0(void)
+static int off(void)
 {
     tl_init(0);
     CUmemoryPool pool;
     uint64_t used = free_blocks(1, &pool);
-    printf("threshold 0: pool used %llu after the free\n", (unsigned long long)used);
+    printf("store off: pool used %llu after the free\n", (unsigned long long)used);
     CHECK_TRUE(used < SLACK);
     return 0;
 }
@@ -164,8 +165,9 @@ static const struct {
     int sim_only;
 } cases[] = {
     {"reuse", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
-    {"threshold0", threshold0, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
-    {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=8M", NULL}, 0},
+    {"off", off, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=0", NULL}, 0},
+    {"threshold0", off, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
+    {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=8M", NULL}, 0},
     {"leave", leave, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0},
     {"oom", oom, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
 };
