@@ -57,9 +57,16 @@ if [ "${1:-}" = "--sanitize" ]; then
     # --report-api-errors no: a driver call returning an error is not a
     # memory error; several tests make failing calls on purpose (bad input,
     # IPC on pool memory, a 0-byte memset node) and check the result.
+    # Each process the sanitizer follows (tests re-run themselves per mode)
+    # writes its own log (%p: its pid); they are joined into one afterwards,
+    # and every process's ERROR SUMMARY counts.
     sanitize() {
         timeout -k 10 240 compute-sanitizer --tool memcheck --track-stream-ordered-races all --report-api-errors no \
-            --target-processes all --error-exitcode 86 --log-file "$base.sanitizer.log" "$@" >"$base.out" 2>&1
+            --target-processes all --error-exitcode 86 --log-file "$base.sanitizer.%p.log" "$@" >"$base.out" 2>&1
+    }
+    join_logs() {
+        cat "$base".sanitizer.*.log >"$base.sanitizer.log" 2>/dev/null
+        rm -f "$base".sanitizer.*.log
     }
     # Form a: the sanitizer runs tests/run-test.sh, which preloads cupool and
     # execs the program.  Form b (if the sanitizer did not follow): the
@@ -68,6 +75,7 @@ if [ "${1:-}" = "--sanitize" ]; then
     # shellcheck disable=SC2086 # $vars: NAME=VALUE words
     sanitize env -u CUPOOL_FREE -u CUPOOL_STATS -u CUPOOL_TEST_MODES $vars "$src/tests/run-test.sh" "$@"
     rc=$?
+    join_logs
     if ! grep -q "ERROR SUMMARY" "$base.sanitizer.log" 2>/dev/null ||
         { [ "$stats" = 1 ] && ! grep -q "cupool: statistics" "$base.out"; }; then
         mv "$base.out" "$base.form-a.out" 2>/dev/null
@@ -76,10 +84,13 @@ if [ "${1:-}" = "--sanitize" ]; then
         # shellcheck disable=SC2086
         env -u CUPOOL_FREE -u CUPOOL_STATS -u CUPOOL_TEST_MODES $vars LD_PRELOAD="$CUPOOL_LIBRARY" sh -c \
             "$(command -v compute-sanitizer) --tool memcheck --track-stream-ordered-races all --target-processes all \
-             --report-api-errors no --error-exitcode 86 --log-file '$base.sanitizer.log' \"\$@\" >'$base.out' 2>&1" sh "$@"
+             --report-api-errors no --error-exitcode 86 --log-file '$base.sanitizer.%p.log' \"\$@\" >'$base.out' 2>&1" sh "$@"
         rc=$?
+        join_logs
     fi
-    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$base.sanitizer.log" 2>/dev/null | tail -1)
+    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$base.sanitizer.log" 2>/dev/null |
+        awk '{s += $1; n++} END {if (n) print s}')
+    processes=$(grep -c "ERROR SUMMARY" "$base.sanitizer.log" 2>/dev/null)
     pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$base.out" | awk '{s += $1} END {print s + 0}')
     if [ "$rc" -eq 77 ]; then
         verdict=SKIP
@@ -92,7 +103,7 @@ if [ "${1:-}" = "--sanitize" ]; then
     else
         verdict=TESTFAIL      # clean for the sanitizer, but the test's own checks fail with CUPOOL_FREE forced
     fi
-    detail="rc=$rc sanitizer-errors=${errors:-none} form=$form"
+    detail="rc=$rc sanitizer-errors=${errors:-none} processes=${processes:-0} form=$form"
     [ "$stats" = 1 ] && detail="$detail pooled-allocs=$pooled"
     echo "$name $mode $verdict $detail" >"$base.result"
     exit 0

@@ -5,8 +5,9 @@
 #    train and train-stream in 3 rounds (train-stream is `deferred` under auto),
 #    then test_ready, test_kernel_race, test_stress and test_modes under
 #    compute-sanitizer in deferred and auto (each also checks its own results)
-# b: scripts/gpu-tests.sh (every test, every sanitizer run, the proofs), then
-#    alloc_bench.py at one thread in 9 rounds
+# b: scripts/gpu-tests.sh (every test, every sanitizer run, the proofs; each
+#    process the sanitizer follows in its own log), then PyTorch train and
+#    train-stream in 3 rounds
 # e: what the ready store should give back on a miss (PyTorch train-stream,
 #    three builds side by side)
 # Results in $OUT/r and $OUT/r.tgz.
@@ -28,21 +29,23 @@ a)
         for m in deferred auto; do
             vars="CUPOOL_TEST_DRIVER=real CUPOOL_TEST_MODES=$m"
             [ $m = auto ] || vars="$vars CUPOOL_FREE=$m"
-            ( cd build-gpu && env $vars timeout 150 $SAN --log-file $OUT/r/san-$t-$m.log \
+            ( cd build-gpu && env $vars timeout 150 $SAN --log-file $OUT/r/san-$t-$m.%p.log \
                 ../tests/run-test.sh tests/$t >$OUT/r/san-$t-$m.out 2>&1; echo "rc $?" >>$OUT/r/san-$t-$m.out ) &
         done
     done
     wait
-    for f in $OUT/r/san-*.log; do
-        echo "$(basename $f .log): $(tail -1 ${f%.log}.out) $(grep -h 'ERROR SUMMARY' $f | sort | uniq -c | tr '\n' ' ')"
+    for f in $OUT/r/san-*.out; do
+        echo "$(basename $f .out): $(tail -1 $f) $(cat ${f%.out}.*.log | grep -h 'ERROR SUMMARY' | sort | uniq -c | tr '\n' ' ')"
     done
     ;;
 b)
-    UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=330 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    compute-sanitizer --help 2>&1 | grep -A4 -e '--log-file' >$OUT/r/sanitizer-log-file-help.txt
+    UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=280 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
     echo "gpu-tests rc $?"
-    timeout 150 python3 bench/alloc_bench.py --bin build-gpu/bench/alloc_bench --cupool build-gpu/scripts/cupool \
-        --library build-gpu/.libs/libcupool.so --out $OUT/r/alloc --threads 1 --rounds 9 >$OUT/r/alloc.txt 2>&1
-    echo "alloc rc $?"
+    timeout 150 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/torch --workloads train,train-stream --rounds 3 --timeout 140 \
+        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
+    echo "torch rc $?"
     ;;
 e)
     # PyTorch train-stream (deferred under auto) with three policies for a
