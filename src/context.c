@@ -217,7 +217,7 @@ static void promote(cupool_context_t *c, int mode)
         else cupool_synchronize_switch(c);
     }
     atomic_store(&c->mode, mode);
-    if (old == CUPOOL_FREE_DEFERRED) cupool_deferred_leave(c);
+    if (old == CUPOOL_FREE_DEFERRED) cupool_deferred_return_ready(c);
     /* The fast paths serve `ordered` alone; they stay off from now on. */
     atomic_store(&cupool_hot.fast, 0);
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
@@ -595,6 +595,16 @@ CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     CUPOOL_SHIM_BEGIN(call, cuDevicePrimaryCtxRelease_v2);
     call.device = dev;
+    /* This release may be the last.  The ready blocks go back first, on the
+     * context's own stream, which follows their last uses: once the context
+     * is gone they could only go back from another context's stream, which
+     * compute-sanitizer does not order after those uses. */
+    if (cupool_active()) {
+        pthread_mutex_lock(&registry_lock);
+        cupool_context_t *primary = primary_locked(dev);
+        if (primary) cupool_deferred_return_ready(primary);
+        pthread_mutex_unlock(&registry_lock);
+    }
     CUresult r = real_cuDevicePrimaryCtxRelease_v2(dev);
     unsigned flags;
     int active = 1;

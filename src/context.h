@@ -153,8 +153,9 @@ static inline int cupool_deferred_waiting(const cupool_context_t *c)
  * context whose users are all done, returning completed ones first; 1 when
  * *dptr is such a block (still in the origin table, marked freed). */
 int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* The context has left `deferred`: its ready blocks go back to the pool. */
-void cupool_deferred_leave(cupool_context_t *c);
+/* Hands the context's ready blocks back to the pool now, on its own stream
+ * (it has left `deferred`, or may be about to die). */
+void cupool_deferred_return_ready(cupool_context_t *c);
 /* Bytes of the context's ready blocks (a hint, read without its lock). */
 static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
 {

@@ -451,7 +451,7 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
     return 1;
 }
 
-void cupool_deferred_leave(cupool_context_t *c)
+void cupool_deferred_return_ready(cupool_context_t *c)
 {
     if (!c->ready_oldest) return;
     int pushed = cupool_enter_context(c->ctx);

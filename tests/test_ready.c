@@ -13,6 +13,9 @@
  *   cap:        CUPOOL_DEFERRED_READY=8M caps the store at 8 MiB.
  *   leave:      a context moved from `deferred` to `sync` (auto, a second
  *               context) hands its ready blocks back.
+ *   release:    cuDevicePrimaryCtxRelease hands the ready blocks back first
+ *               (the release may be the last, and compute-sanitizer orders
+ *               a give-back after the context's death behind nothing).
  *   oom:        an allocation that needs the memory the store keeps gets
  *               it (simulator only: SIMCUDA_MEM sets the device's size).
  */
@@ -143,6 +146,22 @@ static int leave(void)
     return 0;
 }
 
+static int release(void)
+{
+    CUcontext primary = tl_init(0), again;
+    CUdevice dev;
+    CHECK_CU(cuCtxGetDevice(&dev));
+    CHECK_CU(cuDevicePrimaryCtxRetain(&again, dev));
+    CHECK_TRUE(again == primary);
+    CUmemoryPool pool;
+    CHECK_TRUE(free_blocks(2, &pool) >= 2 * BLOCK);
+    CHECK_CU(cuDevicePrimaryCtxRelease(dev)); /* not the last reference */
+    uint64_t after = tl_pool_used(pool);
+    printf("release: pool used %llu after a primary context release\n", (unsigned long long)after);
+    CHECK_TRUE(after < SLACK);
+    return 0;
+}
+
 static int oom(void)
 {
     tl_init(0);
@@ -169,6 +188,7 @@ static const struct {
     {"threshold0", off, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=8M", NULL}, 0},
     {"leave", leave, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0},
+    {"release", release, {"CUPOOL_FREE=deferred", NULL}, 0},
     {"oom", oom, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
 };
 
