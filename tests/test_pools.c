@@ -33,24 +33,6 @@ static int no_pools(void)
     return 0;
 }
 
-/* libcuda.so.1's own cuMemGetInfo, past cupool: what the device itself has
- * free.  cupool overrides dlsym, so the C library's own is taken with dlvsym. */
-static CUresult device_mem_get_info(size_t *free, size_t *total)
-{
-    typedef void *dlsym_fn_t(void *, const char *);
-    static CUresult (*real)(size_t *, size_t *);
-    if (!real) {
-        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-        void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-        dlsym_fn_t *libc_dlsym = libc ? (dlsym_fn_t *)dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
-        if (!libc_dlsym) libc_dlsym = (dlsym_fn_t *)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
-        CHECK_TRUE(driver && libc_dlsym);
-        real = (CUresult(*)(size_t *, size_t *))libc_dlsym(driver, "cuMemGetInfo_v2");
-        CHECK_TRUE(real != NULL);
-    }
-    return real(free, total);
-}
-
 /* What the pool holds but does not use. */
 static uint64_t pool_idle(CUmemoryPool pool)
 {
@@ -80,9 +62,9 @@ static void free_as_expected(const char *when, CUmemoryPool pool)
 {
     size_t device_before, device_after, seen, total;
     uint64_t idle = pool_idle(pool), held = freed_held(pool);
-    CHECK_CU(device_mem_get_info(&device_before, &total));
+    CHECK_CU(tl_device_mem_get_info(&device_before, &total));
     CHECK_CU(cuMemGetInfo(&seen, &total));
-    CHECK_CU(device_mem_get_info(&device_after, &total));
+    CHECK_CU(tl_device_mem_get_info(&device_after, &total));
     size_t low = device_before < device_after ? device_before : device_after;
     size_t high = device_before < device_after ? device_after : device_before;
     const size_t slack = 1u << 20; /* the pool's own bookkeeping */

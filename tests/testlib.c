@@ -273,6 +273,23 @@ uint64_t tl_pool_used(CUmemoryPool pool)
     return used;
 }
 
+/* cupool overrides dlsym, so the C library's own is taken with dlvsym. */
+CUresult tl_device_mem_get_info(size_t *free, size_t *total)
+{
+    typedef void *dlsym_fn_t(void *, const char *);
+    static CUresult (*real)(size_t *, size_t *);
+    if (!real) {
+        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        dlsym_fn_t *libc_dlsym = libc ? (dlsym_fn_t *)dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
+        if (!libc_dlsym) libc_dlsym = (dlsym_fn_t *)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+        CHECK_TRUE(driver && libc_dlsym);
+        real = (CUresult(*)(size_t *, size_t *))libc_dlsym(driver, "cuMemGetInfo_v2");
+        CHECK_TRUE(real != NULL);
+    }
+    return real(free, total);
+}
+
 uint64_t tl_held(void)
 {
     size_t free_bytes = 0, total = 0;

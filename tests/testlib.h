@@ -71,6 +71,8 @@ uint64_t tl_pool_used(CUmemoryPool pool);
  * What the pools reserve without using, and the freed blocks cupool keeps
  * ready for reuse in `deferred`, count as free. */
 uint64_t tl_held(void);
+/* libcuda.so.1's own cuMemGetInfo, past cupool: what the device itself has free. */
+CUresult tl_device_mem_get_info(size_t *free, size_t *total);
 
 /* Fills `bytes` at ptr with a 32-bit pattern (bytes need not be a multiple
  * of 4: the tail gets the pattern's low byte) and checks the first, middle and
