@@ -366,7 +366,16 @@ cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
 void cupool_trim_device(cupool_context_t *c)
 {
     cupool_device_t *dev = c->device;
-    cupool_reclaim(c, 1);
+    /* Every context on the device: the blocks one holds freed (deferred,
+     * ready) may be the memory another is missing. */
+    pthread_mutex_lock(&registry_lock);
+    for (cupool_context_t *each = contexts; each; each = each->next) {
+        if (each->device != dev) continue;
+        int pushed = cupool_enter_context(each->ctx);
+        cupool_reclaim(each, 1);
+        cupool_leave_context(pushed);
+    }
+    pthread_mutex_unlock(&registry_lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     if (atomic_load(&cupool_hot.captures) == 0) real_cuCtxSynchronize();
     for (int i = 0; i < dev->npools; i++) real_cuMemPoolTrimTo(dev->pools[i], 0);

@@ -17,7 +17,8 @@
  *               (the release may be the last, and compute-sanitizer orders
  *               a give-back after the context's death behind nothing).
  *   oom:        an allocation that needs the memory the store keeps gets
- *               it (simulator only: SIMCUDA_MEM sets the device's size).
+ *               it, in the store's context or another on the device
+ *               (simulator only: SIMCUDA_MEM sets the device's size).
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -192,6 +193,25 @@ static int oom(void)
     return 0;
 }
 
+/* The ready blocks of one context are memory another context on the device
+ * may need: its out-of-memory trim takes them back too. */
+static int oom_other(void)
+{
+    CUcontext primary = tl_init(0), other;
+    CUmemoryPool pool;
+    CHECK_TRUE(free_blocks(8, &pool) >= 8 * BLOCK);
+    CUdevice dev;
+    CHECK_CU(cuCtxGetDevice(&dev));
+    CHECK_CU(cuCtxCreate(&other, NULL, 0, dev));
+    CUdeviceptr big;
+    CHECK_CU(cuMemAlloc(&big, 48ull << 20));
+    CHECK_TRUE(tl_pool_of(big) == pool);
+    CHECK_CU(cuMemFree(big));
+    CHECK_CU(cuCtxDestroy(other));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    return 0;
+}
+
 static const struct {
     const char *name;
     int (*run)(void);
@@ -205,6 +225,7 @@ static const struct {
     {"leave", leave, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0},
     {"release", release, {"CUPOOL_FREE=deferred", NULL}, 0},
     {"oom", oom, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
+    {"oom-other-context", oom_other, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
 };
 
 int main(int argc, char **argv)
