@@ -178,11 +178,11 @@ static CUresult give_back(CUdeviceptr ptr, CUstream stream)
  * cuMemGetInfo counts the store as free memory.
  * The price is memory: a block waits for its own size, where the pool could
  * have served any smaller request from it.  PyTorch on a non-blocking stream
- * (H200): a step 1.13x -> 1.03-1.04x the caching allocator's time, peak
- * memory 1.45x -> 1.67x.  Handing the oldest ready blocks back on a miss
- * (1.51x) cost more time than the store saved (1.16x; docs/examples,
- * run12-bench.txt): a miss is mostly a block of that size still waiting for
- * its fence, not a size the program stopped using. */
+ * (H200, docs/examples/run12-bench.txt): a step 1.08-1.30x -> 1.03-1.17x the
+ * caching allocator's time (median 1.055), peak memory 1.45x -> 1.57-1.69x.
+ * Handing the oldest ready blocks back on a miss kept the peak at 1.51x but
+ * cost more time than the store saved (1.16x): a miss is mostly a block of
+ * that size still waiting for its fence, not a size the program dropped. */
 #define READY_MAX_AGE_NS 1000000000ull
 
 /* The most the store keeps: CUPOOL_DEFERRED_READY (0 turns it off), and no

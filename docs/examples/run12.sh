@@ -91,6 +91,7 @@ e)
     # miss of the ready store: 0 nothing, 1 the oldest ready blocks go back
     # to the pool (at least the bytes asked for), 2 the oldest ready block
     # at least as large as a request of 1 MiB or more goes back
+    # (ran at 554172e: a644481 removed the READY_EVICT_ON_MISS switch again)
     for v in 0 1 2; do
         ( mkdir -p build-e$v && cd build-e$v && ../configure -q CPPFLAGS=-DREADY_EVICT_ON_MISS=$v \
             --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda >/dev/null && make -j16 >/dev/null 2>&1 ) &
