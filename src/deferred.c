@@ -254,40 +254,38 @@ static void ready_evict_oldest(cupool_context_t *c, CUstream stream)
     release_block(c, ready_pop(c, ready_find(c, c->ready_oldest->size)), stream);
 }
 
+/* A new, empty list for the ready blocks of this size; NULL when out of host
+ * memory.  c->lock held. */
+static struct ready_size *ready_size_add(cupool_context_t *c, size_t size)
+{
+    struct ready_size *rs = take_record(&c->spare_sizes, sizeof *rs);
+    if (!rs) return NULL;
+    memset(rs, 0, sizeof *rs);
+    rs->size = size;
+    HASH_ADD(hh, c->ready_sizes, size, sizeof rs->size, rs);
+    if (rs->hh.tbl) return rs;
+    give_record(&c->spare_sizes, rs); /* uthash could not grow its table */
+    return NULL;
+}
+
 /* Keeps a block whose users are all done for the next allocation of its
  * size, or hands it back to its pool when the store cannot take it.
  * c->lock held. */
 static void ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_ns, CUstream stream)
 {
     struct ready_size *rs = ready_find(c, b->size);
+    /* A sentinel of size 0 (no allocation has that size) keeps the table
+     * from emptying: uthash would free its buckets with the last size and
+     * allocate them again with the next. */
+    if (!rs && !c->ready_sizes) ready_size_add(c, 0);
+    if (!rs && c->ready_sizes) rs = ready_size_add(c, b->size);
     if (!rs) {
-        /* A sentinel of size 0 (no allocation has that size) keeps the
-         * table from emptying: uthash would free its buckets with the last
-         * size and allocate them again with the next. */
-        if (!c->ready_sizes && (rs = take_record(&c->spare_sizes, sizeof *rs))) {
-            memset(rs, 0, sizeof *rs);
-            HASH_ADD(hh, c->ready_sizes, size, sizeof rs->size, rs);
-            if (!rs->hh.tbl) give_record(&c->spare_sizes, rs);
-        }
-        rs = c->ready_sizes ? take_record(&c->spare_sizes, sizeof *rs) : NULL;
-        if (rs) {
-            rs->size = b->size;
-            rs->oldest = rs->newest = NULL;
-            HASH_ADD(hh, c->ready_sizes, size, sizeof rs->size, rs);
-            if (!rs->hh.tbl) {
-                give_record(&c->spare_sizes, rs);
-                rs = NULL;
-            }
-        }
-        if (!rs) {
-            release_block(c, b, stream);
-            return;
-        }
-    } else {
-        rs->newest->next = b;
+        release_block(c, b, stream);
+        return;
     }
     b->next = NULL;
-    if (!rs->oldest) rs->oldest = b;
+    if (rs->newest) rs->newest->next = b;
+    else rs->oldest = b;
     rs->newest = b;
     b->fenced_ns = fenced_ns;
     b->newer = NULL;
@@ -317,6 +315,7 @@ static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
     while (c->ready_oldest && (c->ready_bytes > cap || now_ns - c->ready_oldest->fenced_ns > READY_MAX_AGE_NS))
         ready_evict_oldest(c, stream);
 }
+
 static int batch_complete(deferred_batch_t *batch, int wait)
 {
     CUresult r = wait ? real_cuEventSynchronize(batch->fence) : real_cuEventQuery(batch->fence);
@@ -387,7 +386,8 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 {
     /* The store serves `deferred` allocations alone: in any other mode it
      * only empties. */
-    uint64_t cap = keep && atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED ? ready_cap() : 0;
+    int deferred = atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
+    uint64_t cap = keep && deferred ? ready_cap() : 0;
     if (c->pending && atomic_load(&cupool_hot.captures) == 0) {
         /* The fan-in costs in proportion to the streams it covers.  The
          * clock is read last: with few streams every free sets its fence. */
