@@ -25,31 +25,12 @@
  *
  * Build on the GPU machine:
  *   cc -O2 -I/usr/local/cuda/include -o ctx-record-probe ctx-record-probe.c -lcuda */
-#include <time.h>
 
 #include "driver_probe.h"
 
 #define MAX_STREAMS 1024
 #define REPS 1000
 
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return v[n / 2];
-}
 
 static int cost(int nstreams)
 {

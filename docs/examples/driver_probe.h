@@ -1,7 +1,8 @@
 /* Shared by the driver-API probes (sanitizer-module-probe.c,
- * sanitizer-api-graph-probe.c, sanitizer-threads-probe.c, ctx-query-probe.c):
- * a check that prints the failing call and stops, device 0's primary context
- * made current, and a pool made like cupool's. */
+ * sanitizer-api-graph-probe.c, sanitizer-threads-probe.c, ctx-query-probe.c,
+ * ctx-record-probe.c): a check that prints the failing call and stops,
+ * device 0's primary context made current, a pool made like cupool's, and
+ * a clock and a median for the timing probes. */
 #ifndef DRIVER_PROBE_H
 #define DRIVER_PROBE_H
 
@@ -10,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CK(x)                                                                    \
     do {                                                                         \
@@ -47,6 +49,27 @@ static inline CUmemoryPool probe_pool(CUdevice dev)
     cuuint64_t keep = UINT64_MAX;
     CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
     return pool;
+}
+
+/* ---- timing ---------------------------------------------------------------- */
+
+static inline double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static inline int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static inline double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 #endif

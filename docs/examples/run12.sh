@@ -23,6 +23,14 @@ build() {
         >/dev/null && make -j16 >/dev/null 2>&1 && make -j16 check TESTS= >/dev/null 2>&1 ) || echo "build failed"
 }
 
+# PyTorch train-stream, 3 rounds, the caching allocator against cupool.
+train_stream() {
+    timeout 100 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/torch --workloads train-stream --rounds 3 --timeout 90 \
+        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
+    echo "torch rc $?"
+}
+
 case ${1:-} in
 a)
     build
@@ -57,10 +65,7 @@ c)
     GPU_TESTS_SKIP_CHECK=1 UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=400 SANITIZER_JOBS=8 \
         sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
     echo "gpu-tests rc $?"
-    timeout 100 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
-        --out $OUT/r/torch --workloads train-stream --rounds 3 --timeout 90 \
-        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
-    echo "torch rc $?"
+    train_stream
     ;;
 d)
     # the mends after c: test_modes and test_pools no longer read cuMemGetInfo
@@ -72,10 +77,7 @@ d)
     ( cd build-gpu && timeout 120 make -j1 -k check CUPOOL_TEST_DRIVER=real \
         TESTS="tests/test_modes tests/test_pools tests/test_ready tests/test_ctx_teardown tests/test_kernel_race" ) >$OUT/r/check.txt 2>&1
     echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
-    timeout 100 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
-        --out $OUT/r/torch --workloads train-stream --rounds 3 --timeout 90 \
-        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
-    echo "torch rc $?"
+    train_stream
     ;;
 f)
     # test_ready reads cuMemGetInfo against the device's own answer (d: the
