@@ -185,16 +185,21 @@ static CUresult give_back(CUdeviceptr ptr, CUstream stream)
  * that size still waiting for its fence, not a size the program dropped. */
 #define READY_MAX_AGE_NS 1000000000ull
 
-/* The most the store keeps: CUPOOL_DEFERRED_READY (0 turns it off), and no
- * more than a pool keeps across synchronizations (CUPOOL_RELEASE_THRESHOLD)
- * or may hold (CUPOOL_LIMIT). */
-static uint64_t ready_cap(void)
+/* The most the store keeps now: CUPOOL_DEFERRED_READY (0 turns it off), no
+ * more than a pool keeps across synchronizations (CUPOOL_RELEASE_THRESHOLD),
+ * and no more than CUPOOL_LIMIT leaves beside the blocks in use on the
+ * device (the count CUPOOL_LIMIT keeps). */
+static uint64_t ready_cap(const cupool_context_t *c)
 {
     uint64_t cap = cupool_option_started(CUPOOL_OPT_DEFERRED_READY);
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
     uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (threshold < cap) cap = threshold;
-    if (limit < cap) cap = limit;
+    if (limit != CUPOOL_SIZE_UNLIMITED) {
+        uint64_t used = atomic_load_explicit(&c->device->used, memory_order_relaxed);
+        uint64_t room = limit > used ? limit - used : 0;
+        if (room < cap) cap = room;
+    }
     return cap;
 }
 
@@ -387,7 +392,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
     /* The store serves `deferred` allocations alone: in any other mode it
      * only empties. */
     int deferred = atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
-    uint64_t cap = keep && deferred ? ready_cap() : 0;
+    uint64_t cap = keep && deferred ? ready_cap(c) : 0;
     if (c->pending && atomic_load(&cupool_hot.captures) == 0) {
         /* The fan-in costs in proportion to the streams it covers.  The
          * clock is read last: with few streams every free sets its fence. */

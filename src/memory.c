@@ -236,15 +236,16 @@ static CUresult free_general(CUdeviceptr dptr)
      * driver answers for freeing memory that is no longer allocated. */
     if (claimed == 1) return cupool_call_end(&call, CUDA_ERROR_INVALID_VALUE);
     call.mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
-    /* A free runs in the context that allocated the block. */
+    /* A free runs in the context that allocated the block.  The block stops
+     * counting as in use first: a deferred free may put it in the ready
+     * store, whose room under CUPOOL_LIMIT is what the blocks in use leave. */
+    cupool_device_used(c->device, -(int64_t)o.size);
     int pushed = cupool_enter_context(c->ctx);
     CUresult r = cupool_free_block(c, &o, deferred);
     cupool_leave_context(pushed);
     /* A free that failed left the block the program's. */
-    if (r == CUDA_SUCCESS) {
-        cupool_device_used(c->device, -(int64_t)o.size);
-        cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
-    }
+    if (r == CUDA_SUCCESS) cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
+    else cupool_device_used(c->device, (int64_t)o.size);
     if (cupool_hot.timing) call.reserved = cupool_device_reserved_recent(c->device, call.start_ns);
     return cupool_call_end(&call, r);
 }

@@ -12,6 +12,8 @@
  *   off:        CUPOOL_DEFERRED_READY=0 turns the store off, and so does
  *               CUPOOL_RELEASE_THRESHOLD=0 (threshold0).
  *   cap:        CUPOOL_DEFERRED_READY=8M caps the store at 8 MiB.
+ *   limit:      with CUPOOL_LIMIT, the store holds no more than the limit
+ *               leaves beside the blocks in use.
  *   leave:      a context moved from `deferred` to `sync` (auto, a second
  *               context) hands its ready blocks back.
  *   release:    cuDevicePrimaryCtxRelease hands the ready blocks back first
@@ -142,6 +144,31 @@ static int cap(void)
     return 0;
 }
 
+/* With CUPOOL_LIMIT=17M: the ready blocks and the blocks in use together
+ * stay within the limit, the store giving back as the program takes more. */
+static int limit(void)
+{
+    tl_init(0);
+    CUdeviceptr live[2], gone[2], more[2];
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&live[i], BLOCK));
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&gone[i], BLOCK));
+    CUmemoryPool pool = tl_pool_of(live[0]);
+    CHECK_TRUE(pool != NULL);
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemFree(gone[i]));
+    settle();
+    CHECK_TRUE(tl_pool_used(pool) >= 4 * BLOCK); /* two in use, two ready */
+    /* Two more blocks in use, of another size: the store makes room. */
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&more[i], BLOCK / 2));
+    settle();
+    uint64_t used = tl_pool_used(pool);
+    printf("limit 17 MiB: pool used %llu with 12 MiB in use\n", (unsigned long long)used);
+    CHECK_TRUE(tl_pool_of(more[1]) == pool);
+    CHECK_TRUE(used <= (17u << 20));
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemFree(live[i]));
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemFree(more[i]));
+    return 0;
+}
+
 static int leave(void)
 {
     CUcontext primary = tl_init(0), other;
@@ -225,6 +252,7 @@ static const struct {
     {"off", off, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=0", NULL}, 0},
     {"threshold0", off, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=8M", NULL}, 0},
+    {"limit", limit, {"CUPOOL_FREE=deferred", "CUPOOL_LIMIT=17M", NULL}, 0},
     {"leave", leave, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0},
     {"release", release, {"CUPOOL_FREE=deferred", NULL}, 0},
     {"oom", oom, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
