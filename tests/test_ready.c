@@ -8,7 +8,8 @@
  *               and holds what the program writes; a second free of it
  *               gets the driver's error and does not hand it out twice; a
  *               second after its free, unused, it goes back to the pool;
- *               CUPOOL_STATS counts the allocations ready blocks served.
+ *               CUPOOL_STATS counts the allocations ready blocks served;
+ *               a block whose free has not completed serves nothing.
  *   off:        CUPOOL_DEFERRED_READY=0 turns the store off, and so does
  *               CUPOOL_RELEASE_THRESHOLD=0 (threshold0).
  *   cap:        CUPOOL_DEFERRED_READY=8M caps the store at 8 MiB.
@@ -106,6 +107,16 @@ static int reuse(void)
     printf("a second later: pool used %llu\n", (unsigned long long)used_aged);
     CHECK_TRUE(used_aged < SLACK);
     CHECK_CU(cuMemFree(again));
+    /* Not before its fence has completed (the simulator's events answer
+     * NOT_READY to their first queries): the next block is another. */
+    if (!check_real_driver()) {
+        CUdeviceptr first, early;
+        CHECK_CU(cuMemAlloc(&first, BLOCK));
+        CHECK_CU(cuMemFree(first));
+        CHECK_CU(cuMemAlloc(&early, BLOCK));
+        CHECK_NE(early, first);
+        CHECK_CU(cuMemFree(early));
+    }
     return 0;
 }
 
