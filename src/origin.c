@@ -35,6 +35,9 @@
         (void)(keylen);                                                                           \
         (hashv) = (unsigned)((key_ * 0x9E3779B97F4A7C15ull) >> 32);                               \
     } while (0)
+/* Out of host memory, uthash leaves the entry out (the insert then fails,
+ * and the allocation goes native) instead of calling exit(). */
+#define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 
 #define SHARDS 64
@@ -132,7 +135,10 @@ static entry_t sentinels[SHARDS];
  * Shard lock held. */
 static entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
 {
-    if (!s->table) HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
+    if (!s->table) {
+        HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
+        if (!s->table) return NULL;
+    }
     entry_t *e = s->spare;
     if (e) {
         s->spare = e->hh.next;
@@ -143,6 +149,12 @@ static entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
     }
     e->origin.ptr = ptr;
     HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), e);
+    if (CUPOOL_UNLIKELY(!e->hh.tbl)) {
+        /* uthash could not grow the table: the entry waits as a spare. */
+        e->hh.next = s->spare;
+        s->spare = e;
+        return NULL;
+    }
     return e;
 }
 

@@ -7,8 +7,14 @@
  * asked about, after another thread retired or revived the entry, after
  * the ring recycled it and after a drain; and threads inserting and
  * claiming at once, each freeing blocks another thread allocated, never
- * lose or duplicate a record.
+ * lose or duplicate a record; out of host memory, an insert fails and the
+ * program goes on.
  */
+#include <stddef.h>
+/* uthash's allocations, made to fail on demand (host_oom). */
+static int uthash_fails;
+static void *test_uthash_malloc(size_t size);
+#define uthash_malloc(size) test_uthash_malloc(size)
 #include "../src/origin.c"
 #include "check.h"
 
@@ -208,8 +214,49 @@ static void threads(void)
         for (int i = 0; i < PER_THREAD; i++) CHECK_EQ(find(handoff[me][i]), -1);
 }
 
+static void *test_uthash_malloc(size_t size)
+{
+    return uthash_fails ? NULL : malloc(size);
+}
+
+/* Out of host memory, an insert fails and the program goes on (uthash's
+ * default would exit()): first with no table in any shard, then when the
+ * shards' tables would have to grow.  What failed is not found; inserted
+ * again once memory is back, it is. */
+#define OOM_BLOCKS 30000
+static void host_oom(void)
+{
+    static unsigned char failed[OOM_BLOCKS];
+    uthash_fails = 1;
+    for (int i = 0; i < 64; i++) {
+        cupool_origin_t o = {.ptr = BLOCK(100000 + i), .size = 256, .owner = owner_a};
+        CHECK_EQ(cupool_origin_insert(&o), -1);
+        CHECK_EQ(find(BLOCK(100000 + i)), -1);
+    }
+    uthash_fails = 0;
+    for (int i = 0; i < 64; i++) insert(BLOCK(100000 + i), 256, owner_a);
+    /* Tables exist now: enough entries that they must grow, which fails. */
+    int nfailed = 0;
+    uthash_fails = 1;
+    for (int i = 0; i < OOM_BLOCKS; i++) {
+        cupool_origin_t o = {.ptr = BLOCK(200000 + i), .size = 256, .owner = owner_a};
+        failed[i] = cupool_origin_insert(&o) != 0;
+        nfailed += failed[i];
+    }
+    uthash_fails = 0;
+    CHECK_TRUE(nfailed > 0);
+    for (int i = 0; i < OOM_BLOCKS; i++) {
+        CHECK_EQ(find(BLOCK(200000 + i)), failed[i] ? -1 : 0);
+        if (failed[i]) insert(BLOCK(200000 + i), 256, owner_a);
+    }
+    for (int i = 0; i < OOM_BLOCKS; i++) CHECK_EQ(claim(BLOCK(200000 + i), NULL), 0);
+    for (int i = 0; i < 64; i++) CHECK_EQ(claim(BLOCK(100000 + i), NULL), 0);
+    printf("origin table out of host memory: %d of %d inserts failed, none exited\n", nfailed, OOM_BLOCKS);
+}
+
 int main(void)
 {
+    host_oom();
     single_thread();
     ring_eviction();
     drain();
