@@ -26,6 +26,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+/* Out of host memory uthash leaves a record out rather than exit(). */
+#define HASH_NONFATAL_OOM 1
 #include <uthash.h>
 
 #define FILL_DEFAULT_SMS 132 /* H200, when the driver cannot say */
@@ -236,13 +238,16 @@ static void insert_locked(const rewritten_t *rec)
         free(old);
         atomic_fetch_sub(&records, 1);
     }
-    if (!(r = malloc(sizeof *r))) {
-        cupool_message_once(CUPOOL_MSG_WARN, "out of host memory for the table of rewritten memset nodes");
-        return;
+    if ((r = malloc(sizeof *r))) {
+        *r = *rec;
+        HASH_ADD_PTR(table, node, r);
+        if (r->hh.tbl) {
+            atomic_fetch_add(&records, 1);
+            return;
+        }
+        free(r); /* uthash had no memory for its table */
     }
-    *r = *rec;
-    HASH_ADD_PTR(table, node, r);
-    atomic_fetch_add(&records, 1);
+    cupool_message_once(CUPOOL_MSG_WARN, "out of host memory for the table of rewritten memset nodes");
 }
 
 static void insert_record(const rewritten_t *rec)
