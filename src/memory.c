@@ -257,8 +257,9 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     cupool_context_t *c;
     if (r == CUDA_SUCCESS && free && total && cupool_active() && (c = cupool_current_context()) && c->device->pooled) {
         /* What the pools hold but do not use is free for the program, and
-         * so are the blocks cupool keeps ready for reuse (deferred.c; on a
-         * device with a second context, none: that is `sync`). */
+         * so are the blocks this context keeps ready for reuse (deferred.c;
+         * under `auto` a second context on the device means `sync`, which
+         * keeps none). */
         uint64_t idle = cupool_device_reserved_unused(c->device) + cupool_deferred_ready_bytes(c);
         *free = *free + idle > *total ? *total : *free + idle;
         call.device = c->device->ordinal;
