@@ -428,28 +428,31 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
     }
 }
 
-void cupool_reclaim(cupool_context_t *c, int wait)
+/* Reclaims under the context's lock (keep as for reclaim_locked) and, for a
+ * size, takes a ready block of it; returns the block, or 0. */
+static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t size)
 {
     if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_synchronize_switch(c);
-    /* Waiting for everything empties the ready store too. */
-    if (!cupool_deferred_waiting(c) && !(wait && c->ready_oldest)) return;
+    /* Ready blocks alone matter to a taker, and to a wait for everything
+     * (which empties the store too). */
+    if (!cupool_deferred_waiting(c) && !(c->ready_oldest && (size || keep == 0))) return 0;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    reclaim_locked(c, wait ? 0 : UINT64_MAX);
+    reclaim_locked(c, keep);
+    CUdeviceptr ptr = size ? ready_take(c, size) : 0;
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
+    return ptr;
+}
+
+void cupool_reclaim(cupool_context_t *c, int wait)
+{
+    reclaim_and_take(c, wait ? 0 : UINT64_MAX, 0);
 }
 
 int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
-    if (CUPOOL_UNLIKELY(c->sync_due) && !cupool_capturing()) cupool_synchronize_switch(c);
-    if (!cupool_deferred_waiting(c) && !c->ready_oldest) return 0;
-    pthread_mutex_lock(&c->lock);
-    CUstreamCaptureMode previous = cupool_relaxed_begin();
-    reclaim_locked(c, UINT64_MAX);
-    CUdeviceptr ptr = ready_take(c, size);
-    cupool_relaxed_end(previous);
-    pthread_mutex_unlock(&c->lock);
+    CUdeviceptr ptr = reclaim_and_take(c, UINT64_MAX, size);
     if (!ptr) return 0;
     atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
     *dptr = ptr;
@@ -462,7 +465,7 @@ void cupool_deferred_return_ready(cupool_context_t *c)
     int pushed = cupool_enter_context(c->ctx);
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    ready_trim(c, 0, 0, c->private_stream);
+    while (c->ready_oldest) ready_evict_oldest(c, c->private_stream);
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     cupool_leave_context(pushed);
