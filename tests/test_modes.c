@@ -84,6 +84,20 @@ static void *ptds_thread(void *arg)
 
 /* ---- the deferred way ------------------------------------------------------ */
 
+/* Whether the 4 MiB block freed is free again: an allocation of its size
+ * takes no more from the pool than the pool used with the block in use
+ * (it is the block itself, kept ready, or the memory it gave back).  Told
+ * by the pool's used bytes, not cuMemGetInfo, which moves on its own under
+ * compute-sanitizer. */
+static int free_again(CUmemoryPool pool, uint64_t used_with_block)
+{
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 4 << 20));
+    int again = tl_pool_used(pool) < used_with_block + (2 << 20);
+    CHECK_CU(cuMemFree(p));
+    return again;
+}
+
 /* After a free, does the memory in use drop at once, or only later? */
 static void check_free_timing(int expect_deferred)
 {
@@ -127,31 +141,20 @@ static void check_free_timing(int expect_deferred)
         if (i == 50)
             CHECK_FAIL("%s: the deferred block never became free again (in use %llu)", mode,
                        (unsigned long long)tl_held());
-        if (check_real_driver()) {
-            /* The next allocation of its size takes no more from the pool. */
-            CHECK_CU(cuMemAlloc(&big, 4 << 20));
-            if (tl_pool_used(pool) >= pool_at_free + (2 << 20))
-                CHECK_FAIL("%s: the deferred block never became free again", mode);
-            CHECK_CU(cuMemFree(big));
-        }
+        if (check_real_driver() && !free_again(pool, pool_at_free))
+            CHECK_FAIL("%s: the deferred block never became free again", mode);
         printf("%s: deferred block returned after %d later allocations\n", mode, i + 1);
-        /* ... or after a synchronization and one allocation: the next
-         * allocation of its size then takes no more from the pool (it is
-         * the block itself, kept ready, or the memory it gave back).  Told
-         * by the pool's used bytes, not cuMemGetInfo, which moves on its own
-         * under compute-sanitizer. */
+        /* ... or after a synchronization and one allocation. */
         CHECK_CU(cuMemAlloc(&big, 4 << 20));
         before = tl_held();
         uint64_t with_big = tl_pool_used(pool);
         CHECK_CU(cuMemFree(big));
         if (!check_real_driver()) CHECK_TRUE(tl_held() + (2 << 20) >= before);
         CHECK_CU(cuCtxSynchronize());
-        CUdeviceptr t, again;
+        CUdeviceptr t;
         CHECK_CU(cuMemAlloc(&t, 256));
-        CHECK_CU(cuMemAlloc(&again, 4 << 20));
-        if (tl_pool_used(pool) >= with_big + (2 << 20))
+        if (!free_again(pool, with_big))
             CHECK_FAIL("%s: after cuCtxSynchronize the deferred block is still in use", mode);
-        CHECK_CU(cuMemFree(again));
         CHECK_CU(cuMemFree(t));
     } else if (sim) {
         /* The simulator runs the stream-ordered free at once. */

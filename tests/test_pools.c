@@ -53,20 +53,13 @@ static uint64_t freed_held(CUmemoryPool pool)
     return used > in_use ? used - in_use : 0;
 }
 
-/* cupool's cuMemGetInfo against the device's own answer just before and
- * just after it, plus what the pool holds idle: other processes on the GPU
- * (the sanitizer runs beside this one) move the device's free memory by
- * hundreds of MiB between two moments, but not between two calls that
- * bracket cupool's without it showing. */
+/* cupool's cuMemGetInfo against the device's own answer around it, plus
+ * what the pool holds idle and what cupool holds of the program's frees. */
 static void free_as_expected(const char *when, CUmemoryPool pool)
 {
-    size_t device_before, device_after, seen, total;
+    size_t seen, total, low, high;
     uint64_t idle = pool_idle(pool), held = freed_held(pool);
-    CHECK_CU(tl_device_mem_get_info(&device_before, &total));
-    CHECK_CU(cuMemGetInfo(&seen, &total));
-    CHECK_CU(tl_device_mem_get_info(&device_after, &total));
-    size_t low = device_before < device_after ? device_before : device_after;
-    size_t high = device_before < device_after ? device_after : device_before;
+    tl_mem_get_info_bracketed(&seen, &total, &low, &high);
     const size_t slack = 1u << 20; /* the pool's own bookkeeping */
     printf("%s: cuMemGetInfo says %zu MiB free, the device %zu-%zu MiB, the pool holds %llu MiB idle and %llu MiB "
            "the program freed\n",

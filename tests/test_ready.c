@@ -47,17 +47,14 @@ static void settle(void)
     CHECK_CU(cuMemFree(probe));
 }
 
-/* What cupool's cuMemGetInfo counts as free beyond the device's own answer,
- * read just before and just after it (the least of the two readings): the
- * pools' idle memory and the ready blocks.  Device free memory moves by
- * gigabytes under compute-sanitizer, but not between three calls in a row. */
+/* What cupool's cuMemGetInfo counts as free beyond the device's own answer
+ * (the least of it, against the higher device reading): the pools' idle
+ * memory and the ready blocks. */
 static int64_t free_beyond_device(void)
 {
-    size_t before, after, seen, total;
-    CHECK_CU(tl_device_mem_get_info(&before, &total));
-    CHECK_CU(cuMemGetInfo(&seen, &total));
-    CHECK_CU(tl_device_mem_get_info(&after, &total));
-    return (int64_t)seen - (int64_t)(before > after ? before : after);
+    size_t seen, total, low, high;
+    tl_mem_get_info_bracketed(&seen, &total, &low, &high);
+    return (int64_t)seen - (int64_t)high;
 }
 
 static int reuse(void)

@@ -273,8 +273,9 @@ uint64_t tl_pool_used(CUmemoryPool pool)
     return used;
 }
 
-/* cupool overrides dlsym, so the C library's own is taken with dlvsym. */
-CUresult tl_device_mem_get_info(size_t *free, size_t *total)
+/* libcuda.so.1's own cuMemGetInfo, past cupool: what the device itself has
+ * free.  cupool overrides dlsym, so the C library's own is taken with dlvsym. */
+static CUresult device_mem_get_info(size_t *free, size_t *total)
 {
     typedef void *dlsym_fn_t(void *, const char *);
     static CUresult (*real)(size_t *, size_t *);
@@ -288,6 +289,16 @@ CUresult tl_device_mem_get_info(size_t *free, size_t *total)
         CHECK_TRUE(real != NULL);
     }
     return real(free, total);
+}
+
+void tl_mem_get_info_bracketed(size_t *seen, size_t *total, size_t *device_low, size_t *device_high)
+{
+    size_t before, after;
+    CHECK_CU(device_mem_get_info(&before, total));
+    CHECK_CU(cuMemGetInfo(seen, total));
+    CHECK_CU(device_mem_get_info(&after, total));
+    *device_low = before < after ? before : after;
+    *device_high = before < after ? after : before;
 }
 
 uint64_t tl_held(void)

@@ -71,8 +71,12 @@ uint64_t tl_pool_used(CUmemoryPool pool);
  * What the pools reserve without using, and the freed blocks cupool keeps
  * ready for reuse in `deferred`, count as free. */
 uint64_t tl_held(void);
-/* libcuda.so.1's own cuMemGetInfo, past cupool: what the device itself has free. */
-CUresult tl_device_mem_get_info(size_t *free, size_t *total);
+/* cupool's cuMemGetInfo (*seen, *total), bracketed by the device's own
+ * answer just before and just after it (the lower and higher of the two in
+ * *device_low, *device_high): other processes on the GPU, and the sanitizer,
+ * move the device's free memory by hundreds of MiB between two moments, but
+ * not between three calls in a row. */
+void tl_mem_get_info_bracketed(size_t *seen, size_t *total, size_t *device_low, size_t *device_high);
 
 /* Fills `bytes` at ptr with a 32-bit pattern (bytes need not be a multiple
  * of 4: the tail gets the pattern's low byte) and checks the first, middle and
