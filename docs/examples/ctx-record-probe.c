@@ -22,6 +22,11 @@
  *                                     after a wait on the context's event;
  *                                     a report means the sanitizer does not
  *                                     order the free after the write
+ *   ctx-record-probe free-host        the same, the host waiting on the
+ *                                     event (query, synchronize) before a
+ *                                     free with no GPU dependency, as
+ *                                     deferred.c does; then the block is
+ *                                     allocated again and written elsewhere
  *
  * Build on the GPU machine:
  *   cc -O2 -I/usr/local/cuda/include -o ctx-record-probe ctx-record-probe.c -lcuda */
@@ -106,6 +111,9 @@ static int cover(void)
     int bad = covers(ctx, buf, bytes, s, "primary: non-blocking stream");
     bad += covers(ctx, buf, bytes, CU_STREAM_LEGACY, "primary: legacy stream");
     bad += covers(ctx, buf, bytes, CU_STREAM_PER_THREAD, "primary: per-thread stream");
+    CK(cuStreamDestroy(s));
+    CK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    bad += covers(ctx, buf, bytes, s, "primary: blocking stream");
     CK(cuMemFree(buf));
     CK(cuStreamDestroy(s));
     CUresult r = cuCtxCreate(&made, NULL, 0, dev);
@@ -126,7 +134,12 @@ static int cover(void)
     return bad ? 1 : 0;
 }
 
-static int free_after(void)
+/* As cupool's deferred path would use it: the host sees the context's
+ * event complete (query, then synchronize), then frees the block on its
+ * private stream with no GPU dependency, allocates the same size again
+ * there and writes it from a third stream.  `wait` 1: the private stream
+ * waits on the event instead. */
+static int free_after(int wait)
 {
     CUdevice dev;
     CUcontext ctx = probe_context(&dev);
@@ -142,10 +155,25 @@ static int free_after(void)
     CK(cuStreamSynchronize(private_stream));
     queue_work(p, bytes, user);
     CK(cuCtxRecordEvent(ctx, all));
-    CK(cuStreamWaitEvent(private_stream, all, 0));
+    if (wait) {
+        CK(cuStreamWaitEvent(private_stream, all, 0));
+    } else {
+        while (cuEventQuery(all) == CUDA_ERROR_NOT_READY) {
+        }
+        CK(cuEventSynchronize(all));
+    }
     CK(cuMemFreeAsync(p, private_stream));
+    CUdeviceptr q;
+    CUstream other;
+    CK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CK(cuMemAllocFromPoolAsync(&q, bytes, pool, private_stream));
+    CK(cuStreamSynchronize(private_stream));
+    CK(cuMemsetD32Async(q, 7u, bytes / 4, other));
+    CK(cuStreamSynchronize(other));
+    CK(cuMemFreeAsync(q, other));
     CK(cuCtxSynchronize());
-    printf("freed after the context's event: see the sanitizer's report\n");
+    printf("freed after the context's event (%s, %s): see the sanitizer's report\n",
+           wait ? "the freeing stream waits on it" : "the host waits on it", q == p ? "same block again" : "another block");
     return 0;
 }
 
@@ -158,7 +186,8 @@ int main(int argc, char **argv)
         return cost(n);
     }
     if (strcmp(what, "cover") == 0) return cover();
-    if (strcmp(what, "free") == 0) return free_after();
-    fprintf(stderr, "usage: ctx-record-probe cost [STREAMS] | cover | free\n");
+    if (strcmp(what, "free") == 0) return free_after(1);
+    if (strcmp(what, "free-host") == 0) return free_after(0);
+    fprintf(stderr, "usage: ctx-record-probe cost [STREAMS] | cover | free | free-host\n");
     return 2;
 }

@@ -1,0 +1,56 @@
+#!/bin/bash
+# The thirteenth session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run13.sh a|b|c
+# a: ctx-record-probe.c (cost of cuCtxRecordEvent against the fan-in of
+#    deferred's fences, what its event covers, and whether compute-sanitizer
+#    orders a free after it); make check on the real driver of the tests
+#    changed in the twelfth session; test_ready and test_pools under
+#    compute-sanitizer in every mode; CUPOOL_STATS under PyTorch train-stream
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+build() {
+    ( mkdir -p build-gpu && cd build-gpu && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
+        >/dev/null && make -j16 >/dev/null 2>&1 && make -j16 check TESTS= >/dev/null 2>&1 ) || echo "build failed"
+}
+
+probe() {
+    cc -O2 -I/usr/local/cuda/include -o $OUT/r/ctx-record-probe docs/examples/ctx-record-probe.c -L/usr/local/cuda/lib64/stubs -lcuda || return
+    local p=$OUT/r/ctx-record-probe
+    { for n in 0 8 128; do timeout 60 $p cost $n; done
+      timeout 60 $p cover; echo "cover rc $?"
+      for v in free free-host; do
+          timeout 120 $SAN $p $v 2>&1 | grep -E "freed|ERROR SUMMARY|Race|race|Invalid" | sort | uniq -c | head
+      done
+    } >$OUT/r/probe.txt 2>&1
+    rm -f $p
+}
+
+# PyTorch train-stream, 3 rounds, the caching allocator against cupool.
+train_stream() {
+    timeout ${1:-100} python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/torch --workloads train-stream --rounds 3 --timeout 90 \
+        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
+    echo "torch rc $?"; grep -A3 "^config" $OUT/r/torch.txt
+}
+
+stats() {
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUPOOL_STATS=1 timeout 60 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        python3 bench/torch_bench.py --worker nocache-cupool --workload train-stream 2>&1 | grep -E "ready block|pooled alloc|peak" | head -5
+}
+
+case ${1:-} in
+a)
+    build
+    probe; cat $OUT/r/probe.txt
+    ( cd build-gpu && timeout 200 make -j1 -k check CUPOOL_TEST_DRIVER=real \
+        TESTS="tests/test_ready tests/test_pools tests/test_modes tests/test_ctx_teardown tests/test_stress tests/test_kernel_race tests/test_origin" ) >$OUT/r/check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_ready test_pools" \
+        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=150 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; grep -E "^sanitizer:|errors" $OUT/r/gpu-tests.txt | head -20
+    stats
+    ;;
+*) echo "usage: OUT=DIR bash docs/examples/run13.sh a" >&2; exit 2 ;;
+esac
+(cd $OUT/r && tar czf ../r.tgz --exclude='*.so*' --exclude=logs .)
