@@ -148,6 +148,8 @@ const char *cupool_result_name(CUresult result);
     X(LIMIT, "CUPOOL_LIMIT", SIZE, "unlimited", NULL, "bytes per device the pools may hold; beyond it allocations go native") \
     X(DEFERRED_READY, "CUPOOL_DEFERRED_READY", SIZE, "1G", NULL,                                              \
       "deferred: bytes of freed blocks, their users done, a context keeps for the next allocation of their size") \
+    X(DEFERRED_FENCE, "CUPOOL_DEFERRED_FENCE", ENUM, "auto", "auto|context|streams",                         \
+      "deferred: what a fence records: one event for the whole context (cuCtxRecordEvent), one per stream, or the first unless a CUDA tool is attached") \
     X(MEMSET, "CUPOOL_MEMSET", ENUM, "auto", "auto|kernel|native",                                            \
       "graph memset nodes on stream-ordered memory: rewrite where the driver rejects them, always, or never") \
     X(LOG, "CUPOOL_LOG", STRING, "", NULL, "JSON-lines call log path (%p = pid, - = stderr); empty = no log")  \
@@ -166,6 +168,7 @@ enum cupool_option {
 /* Values of the ENUM options, in the order of their choices string. */
 enum { CUPOOL_POLICY_DEDICATED, CUPOOL_POLICY_DEFAULT, CUPOOL_POLICY_SPLIT, CUPOOL_POLICY_OFF };
 enum { CUPOOL_FREE_AUTO, CUPOOL_FREE_ORDERED, CUPOOL_FREE_DEFERRED, CUPOOL_FREE_SYNC };
+enum { CUPOOL_FENCE_AUTO, CUPOOL_FENCE_CONTEXT, CUPOOL_FENCE_STREAMS };
 enum { CUPOOL_MEMSET_AUTO, CUPOOL_MEMSET_KERNEL, CUPOOL_MEMSET_NATIVE };
 enum { CUPOOL_LOG_ERROR, CUPOOL_LOG_WARN, CUPOOL_LOG_CALL };
 
@@ -191,6 +194,9 @@ const char *cupool_option_string(enum cupool_option id);
 /* Parse a size ("512", "64K", "1.5G", "unlimited"); 0 on success. */
 int cupool_parse_size(const char *text, uint64_t *out);
 void cupool_options_print(void);
+/* Whether a CUDA tool (compute-sanitizer, Nsight) is attached to the
+ * process: the driver loads one named by CUDA_INJECTION64_PATH. */
+int cupool_cuda_tool_attached(void);
 
 /* ---- message.c ----------------------------------------------------------- */
 

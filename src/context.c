@@ -477,21 +477,26 @@ static cupool_context_t *unlink_primary(int ordinal)
 
 /* ---- start-up and fork --------------------------------------------------- */
 
+/* The capture gate too: a child's capture must not wait for a thread of
+ * the parent's that held it. */
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&registry_lock);
+    cupool_capture_gate_enter();
     cupool_origin_lock_all();
 }
 
 static void fork_parent(void)
 {
     cupool_origin_unlock_all();
+    cupool_capture_gate_leave();
     pthread_mutex_unlock(&registry_lock);
 }
 
 static void fork_child(void)
 {
     cupool_origin_unlock_all();
+    cupool_capture_gate_leave();
     pthread_mutex_unlock(&registry_lock);
     /* The parent's contexts are not the child's: pass everything through. */
     cupool_stop();

@@ -46,20 +46,27 @@ struct deferred_batch {
 
 /* deferred mode must cover the work of the legacy stream and of every live
  * non-blocking stream.  Frameworks create dozens of streams (PyTorch's
- * stream pool: 32 per priority level, 128 in all) and use few of them, and
- * asking a stream whether it is idle (cuStreamQuery, about 1.6 us on the
- * H200 under PyTorch) costs more than covering it (cuEventRecord +
- * cuStreamWaitEvent, about 0.55 us).  So each stream's work is fanned in on
- * the GPU: the fence stream waits for an event recorded on each, and one
- * event after those waits is the only thing polled.  Fences are set for a
- * batch of frees at once, at the first cupool call after the batch has
- * waited long enough or grown large enough for the fan-in to be cheap per
- * free; setting the fence later than the free is still correct: it then
- * covers more work, never less. */
+ * stream pool: 32 per priority level, 128 in all) and use few of them.
+ *
+ * A driver of CUDA 12.5 or later records one event for all the work of a
+ * context (cuCtxRecordEvent): 0.2-0.3 us on the H200 whatever the number of
+ * streams, so every free sets its own fence.  compute-sanitizer (13.0) does
+ * not order a free after such an event, so with a CUDA tool attached, or
+ * CUPOOL_DEFERRED_FENCE=streams, each stream's work is fanned in instead:
+ * cupool's fence stream waits for an event recorded on each (cuEventRecord +
+ * cuStreamWaitEvent, about 0.25 us a stream, 32 us for 128), and one event
+ * after those waits is the only thing polled.  A fan-in is set for a batch
+ * of frees at once, at the first cupool call after the batch has waited
+ * long enough or grown large enough for it to be cheap per free; setting
+ * the fence later than the free is still correct: it then covers more
+ * work, never less. */
 #define BATCH_MIN_WAIT_NS 1000000
 #define BATCH_WAIT_NS_PER_STREAM 16000
 #define BATCH_MIN_BLOCKS 64
 #define BATCH_CHEAP_STREAMS 2
+#ifndef CONTEXT_FENCE_WAIT_NS
+#define CONTEXT_FENCE_WAIT_NS 0
+#endif
 
 /* A program that frees faster than the GPU catches up (the host runs ahead
  * of its kernels) would otherwise pile up freed memory without bound; past
@@ -328,6 +335,45 @@ static int batch_complete(deferred_batch_t *batch, int wait)
     return r != CUDA_ERROR_NOT_READY;
 }
 
+/* Whether fences are one context-wide event (see above); decided once. */
+static pthread_once_t fence_kind_once = PTHREAD_ONCE_INIT;
+static int context_fence;
+
+static void decide_fence_kind(void)
+{
+    uint64_t kind = cupool_option_started(CUPOOL_OPT_DEFERRED_FENCE);
+    const char *why = "CUPOOL_DEFERRED_FENCE=streams";
+    if (kind != CUPOOL_FENCE_STREAMS && !real_cuCtxRecordEvent) {
+        why = "the driver lacks cuCtxRecordEvent (CUDA 12.5+)";
+        if (kind == CUPOOL_FENCE_CONTEXT)
+            cupool_message(CUPOOL_MSG_WARN, "CUPOOL_DEFERRED_FENCE=context: %s; recording an event on every stream", why);
+    } else if (kind == CUPOOL_FENCE_AUTO && cupool_cuda_tool_attached()) {
+        why = "a CUDA tool is attached";
+    } else if (kind != CUPOOL_FENCE_STREAMS) {
+        context_fence = 1;
+    }
+    if (context_fence)
+        cupool_message(CUPOOL_MSG_INFO, "deferred fences: one event for the whole context (cuCtxRecordEvent)");
+    else
+        cupool_message(CUPOOL_MSG_INFO, "deferred fences: an event on every stream (%s)", why);
+}
+
+static int context_fences(void)
+{
+    pthread_once(&fence_kind_once, decide_fence_kind);
+    return context_fence;
+}
+
+/* How long the first free of a batch may wait for company before the
+ * batch's fence is set: 0 where a fence costs one call. */
+static uint64_t batch_wait_ns(const cupool_context_t *c)
+{
+    if (context_fences()) return CONTEXT_FENCE_WAIT_NS;
+    if (c->nstreams <= BATCH_CHEAP_STREAMS) return 0;
+    uint64_t wait_ns = (uint64_t)c->nstreams * BATCH_WAIT_NS_PER_STREAM;
+    return wait_ns < BATCH_MIN_WAIT_NS ? BATCH_MIN_WAIT_NS : wait_ns;
+}
+
 /* Makes the fence stream wait for the work submitted so far to one stream. */
 static CUresult fan_in(cupool_context_t *c, CUstream stream)
 {
@@ -335,34 +381,43 @@ static CUresult fan_in(cupool_context_t *c, CUstream stream)
     return r == CUDA_SUCCESS ? real_cuStreamWaitEvent(c->fence_stream, c->scratch_event, 0) : r;
 }
 
-/* Sets a fence after the work of the legacy stream (which follows every
- * blocking and per-thread stream) and of each live non-blocking stream, and
- * queues the pending frees behind it.  Called with c->lock held and c->ctx
- * current. */
-static void record_batch(cupool_context_t *c)
+/* Records `fence` after all the work submitted so far to the context: the
+ * legacy stream's (which follows every blocking and per-thread stream) and
+ * each live non-blocking stream's.  c->lock and the capture gate held. */
+static CUresult record_fence(cupool_context_t *c, CUevent fence)
 {
-    deferred_batch_t *batch = take_record(&c->spare_batches, sizeof(deferred_batch_t));
-    CUresult r = batch ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-    if (r == CUDA_SUCCESS && c->nstreams > 0 && !c->fence_stream)
-        r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
-    if (r == CUDA_SUCCESS && c->nstreams > 0 && !c->scratch_event)
-        r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
+    if (context_fences()) return real_cuCtxRecordEvent(c->ctx, fence);
     /* With no non-blocking stream the legacy stream alone covers every
      * use: the fence is an event recorded there, nothing to fan in. */
-    CUstream fence_on = CU_STREAM_LEGACY;
-    if (c->nstreams > 0) {
-        fence_on = c->fence_stream;
-        /* A wait enqueued by cuStreamWaitEvent holds on to the record made
-         * before it, so one scratch event serves every stream. */
-        for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++)
-            r = fan_in(c, i < 0 ? CU_STREAM_LEGACY : c->streams[i]);
+    if (c->nstreams == 0) return real_cuEventRecord(fence, CU_STREAM_LEGACY);
+    CUresult r = CUDA_SUCCESS;
+    if (!c->fence_stream) r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
+    if (r == CUDA_SUCCESS && !c->scratch_event) r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
+    /* A wait enqueued by cuStreamWaitEvent holds on to the record made
+     * before it, so one scratch event serves every stream. */
+    for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++) r = fan_in(c, i < 0 ? CU_STREAM_LEGACY : c->streams[i]);
+    return r == CUDA_SUCCESS ? real_cuEventRecord(fence, c->fence_stream) : r;
+}
+
+/* Sets a fence after all the work of the context and queues the pending
+ * frees behind it.  Called with c->lock held and c->ctx current.  A capture
+ * that began since the caller looked leaves the batch pending until its
+ * end: the fence would invalidate it. */
+static void record_batch(cupool_context_t *c)
+{
+    cupool_capture_gate_enter();
+    if (atomic_load(&cupool_hot.captures) > 0) {
+        cupool_capture_gate_leave();
+        return;
     }
-    if (r == CUDA_SUCCESS) {
-        batch->fence = take_event(c);
+    deferred_batch_t *batch = take_record(&c->spare_batches, sizeof(deferred_batch_t));
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (batch && (batch->fence = take_event(c))) {
         batch->fenced_ns = cupool_now_ns();
-        r = batch->fence ? real_cuEventRecord(batch->fence, fence_on) : CUDA_ERROR_OUT_OF_MEMORY;
-        if (r != CUDA_SUCCESS && batch->fence) give_event(c, batch->fence);
+        r = record_fence(c, batch->fence);
+        if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
+    cupool_capture_gate_leave();
     if (r != CUDA_SUCCESS) {
         /* Could not set the fence: fall back to the strongest order. */
         cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
@@ -394,12 +449,11 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
     int deferred = atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
     uint64_t cap = keep && deferred ? ready_cap(c) : 0;
     if (c->pending && atomic_load(&cupool_hot.captures) == 0) {
-        /* The fan-in costs in proportion to the streams it covers.  The
-         * clock is read last: with few streams every free sets its fence. */
-        uint64_t wait_ns = (uint64_t)c->nstreams * BATCH_WAIT_NS_PER_STREAM;
-        if (wait_ns < BATCH_MIN_WAIT_NS) wait_ns = BATCH_MIN_WAIT_NS;
-        if (c->deferred_bytes > keep || c->nstreams <= BATCH_CHEAP_STREAMS ||
-            c->npending >= BATCH_MIN_BLOCKS + c->nstreams || cupool_now_ns() - c->batch_start_ns >= wait_ns)
+        /* The clock is read last: where fences are cheap every free sets
+         * its own. */
+        uint64_t wait_ns = batch_wait_ns(c);
+        if (c->deferred_bytes > keep || wait_ns == 0 || c->npending >= BATCH_MIN_BLOCKS + c->nstreams ||
+            cupool_now_ns() - c->batch_start_ns >= wait_ns)
             record_batch(c);
     }
     while (c->head && batch_complete(c->head, c->deferred_bytes > keep)) {
@@ -408,8 +462,9 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         if (!c->head) c->tail = NULL;
         /* The fence has completed; the wait costs nothing on the GPU but
          * makes the free stream-ordered after every use, which is what
-         * compute-sanitizer's stream-ordered race tracking looks for. */
-        real_cuStreamWaitEvent(c->private_stream, batch->fence, 0);
+         * compute-sanitizer's stream-ordered race tracking looks for (in
+         * vain after a context-wide event, which it does not model). */
+        if (!context_fences()) real_cuStreamWaitEvent(c->private_stream, batch->fence, 0);
         give_event(c, batch->fence);
         for (deferred_block_t *b = batch->blocks, *next; b; b = next) {
             next = b->next;
@@ -420,11 +475,16 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         give_record(&c->spare_batches, batch);
     }
     if (c->ready_oldest) ready_trim(c, cap, cupool_now_ns(), c->private_stream);
-    /* Frees made while a capture was in progress wait for it to end. */
+    /* Frees made while a capture was in progress wait for it to end (a
+     * synchronization would invalidate one begun since: see record_batch). */
     if (c->held && atomic_load(&cupool_hot.captures) == 0) {
-        real_cuCtxSynchronize();
-        release_blocks(c, c->held, c->private_stream);
-        c->held = NULL;
+        cupool_capture_gate_enter();
+        if (atomic_load(&cupool_hot.captures) == 0) {
+            real_cuCtxSynchronize();
+            release_blocks(c, c->held, c->private_stream);
+            c->held = NULL;
+        }
+        cupool_capture_gate_leave();
     }
 }
 
@@ -508,7 +568,7 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
         c->pending = b;
         c->deferred_bytes += o->size;
         /* Only a batch that may wait for company needs its start time. */
-        if (c->npending++ == 0 && c->nstreams > BATCH_CHEAP_STREAMS) c->batch_start_ns = cupool_now_ns();
+        if (c->npending++ == 0 && batch_wait_ns(c) > 0) c->batch_start_ns = cupool_now_ns();
         /* Past the cap, wait for the oldest batches until a quarter of it
          * is free again: the host stays ahead of the GPU, by less. */
         reclaim_locked(c, c->deferred_bytes > DEFERRED_MAX_BYTES ? DEFERRED_MAX_BYTES / 4 * 3 : UINT64_MAX);

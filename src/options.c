@@ -33,6 +33,7 @@ static const option_row_t rows[CUPOOL_OPT_COUNT] = {
 uint64_t cupool_option_values[CUPOOL_OPT_COUNT];
 static const char *strings[CUPOOL_OPT_COUNT];
 static int from_env[CUPOOL_OPT_COUNT];
+static int tool_attached;
 static pthread_once_t parse_once = PTHREAD_ONCE_INIT;
 atomic_int cupool_options_parsed; /* fast path: pthread_once costs a call on every use */
 
@@ -117,6 +118,8 @@ static const char *expected(const option_row_t *row)
 
 static void parse_all(void)
 {
+    const char *tool = getenv("CUDA_INJECTION64_PATH");
+    tool_attached = tool && *tool;
     for (int i = 0; i < CUPOOL_OPT_COUNT; i++) {
         const option_row_t *row = &rows[i];
         const char *text = getenv(row->env);
@@ -155,6 +158,12 @@ static void parse_once_and_publish(void)
 void cupool_options_parse(void)
 {
     pthread_once(&parse_once, parse_once_and_publish);
+}
+
+int cupool_cuda_tool_attached(void)
+{
+    pthread_once(&parse_once, parse_once_and_publish);
+    return tool_attached;
 }
 
 const char *cupool_option_string(enum cupool_option id)

@@ -9,6 +9,23 @@
 
 /* ---- captures (counted in cupool_hot.captures) ---------------------------- */
 
+/* A fence of deferred.c (cuCtxRecordEvent, or events on the legacy stream)
+ * recorded while a capture is in progress would invalidate it: the driver
+ * fails the capture, and the program's graph is lost.  The recorder checks
+ * the count under this lock, and a capture begins and is counted under it,
+ * so no capture can begin between the check and the record. */
+static pthread_mutex_t capture_gate = PTHREAD_MUTEX_INITIALIZER;
+
+void cupool_capture_gate_enter(void)
+{
+    pthread_mutex_lock(&capture_gate);
+}
+
+void cupool_capture_gate_leave(void)
+{
+    pthread_mutex_unlock(&capture_gate);
+}
+
 /* Every capture starts in one of cupool's BeginCapture shims, so while none
  * is in progress the thread's capture mode cannot matter and the two driver
  * calls are skipped (CUPOOL_NO_EXCHANGE marks that). */
@@ -61,8 +78,12 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 static CUresult after_begin(CUresult r)
 {
     if (r == CUDA_SUCCESS) atomic_fetch_add(&cupool_hot.captures, 1);
+    cupool_capture_gate_leave();
     return r;
 }
+
+/* Begins a capture and counts it, inside the capture gate. */
+#define GATED_BEGIN(begin_call) (cupool_capture_gate_enter(), after_begin(begin_call))
 
 typedef CUresult is_capturing_fn(CUstream, CUstreamCaptureStatus *);
 
@@ -76,28 +97,28 @@ CUPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture);
     call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture(hStream)));
+    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture(hStream)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_ptsz);
     call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_ptsz(hStream)));
+    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture_ptsz(hStream)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2);
     call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_v2(hStream, mode)));
+    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture_v2(hStream, mode)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2_ptsz);
     call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCapture_v2_ptsz(hStream, mode)));
+    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture_v2_ptsz(hStream, mode)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -106,7 +127,7 @@ CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGr
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph);
     call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies,
+    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies,
                                                                                dependencyData, numDependencies, mode)));
 }
 
@@ -117,7 +138,7 @@ CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgrap
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph_ptsz);
     call.stream = hStream;
-    return cupool_call_end(&call, after_begin(real_cuStreamBeginCaptureToGraph_ptsz(
+    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCaptureToGraph_ptsz(
                                       hStream, hGraph, dependencies, dependencyData, numDependencies, mode)));
 }
 

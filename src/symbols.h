@@ -76,6 +76,7 @@
     X(cuCtxPushCurrent_v2)         \
     X(cuCtxPopCurrent_v2)          \
     X(cuCtxSynchronize)            \
+    X(cuCtxRecordEvent)            \
     X(cuStreamSynchronize)         \
     X(cuStreamQuery)               \
     X(cuStreamWaitEvent)           \

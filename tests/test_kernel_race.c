@@ -168,6 +168,6 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    static const char *const modes[] = {"native", "auto", "deferred", "sync", "ordered"};
-    return tl_run_modes(modes, 5, NULL, 300, NULL) ? 1 : 0;
+    static const char *const modes[] = {"native", "auto", "deferred", "deferred-streams", "sync", "ordered"};
+    return tl_run_modes(modes, 6, NULL, 300, NULL) ? 1 : 0;
 }

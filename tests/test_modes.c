@@ -312,7 +312,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    static const char *const modes[] = {"ordered", "deferred", "sync", "auto"};
+    static const char *const modes[] = {"ordered", "deferred", "deferred-streams", "sync", "auto"};
     static const char *const env[] = {"SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", NULL};
-    return tl_run_modes(modes, 4, env, 120, switches_as_expected) ? 1 : 0;
+    return tl_run_modes(modes, 5, env, 120, switches_as_expected) ? 1 : 0;
 }

@@ -106,7 +106,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    static const char *const modes[] = {"auto", "ordered", "deferred", "sync"};
+    static const char *const modes[] = {"auto", "ordered", "deferred", "deferred-streams", "sync"};
     static const char *const env[] = {"SIMCUDA_MEM=2G", NULL};
-    return tl_run_modes(modes, 4, env, 300, no_warnings) ? 1 : 0;
+    return tl_run_modes(modes, 5, env, 300, no_warnings) ? 1 : 0;
 }

@@ -209,10 +209,14 @@ int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, i
         }
         ran++;
         int native = strcmp(modes[i], "native") == 0;
-        char setting[64];
-        snprintf(setting, sizeof setting, "CUPOOL_FREE=%s", native ? "auto" : modes[i]);
-        const char *all[32] = {setting};
-        int n = 1;
+        /* "deferred-streams": deferred with CUPOOL_DEFERRED_FENCE=streams. */
+        const char *dash = strchr(modes[i], '-');
+        char setting[64], fence[64];
+        snprintf(setting, sizeof setting, "CUPOOL_FREE=%.*s", dash ? (int)(dash - modes[i]) : 32,
+                 native ? "auto" : modes[i]);
+        snprintf(fence, sizeof fence, "CUPOOL_DEFERRED_FENCE=%s", dash ? dash + 1 : "auto");
+        const char *all[32] = {setting, fence};
+        int n = 2;
         for (const char *const *e = env; e && *e && n < 31; e++) all[n++] = *e;
         all[n] = NULL;
         const char *args[] = {"--child", NULL};
@@ -293,10 +297,17 @@ static CUresult device_mem_get_info(size_t *free, size_t *total)
 
 void tl_mem_get_info_bracketed(size_t *seen, size_t *total, size_t *device_low, size_t *device_high)
 {
-    size_t before, after;
-    CHECK_CU(device_mem_get_info(&before, total));
-    CHECK_CU(cuMemGetInfo(seen, total));
-    CHECK_CU(device_mem_get_info(&after, total));
+    /* Other processes on the GPU (parallel sanitizer runs) move the
+     * device's free memory both ways: a bracket holds only when the two
+     * readings agree, which a few tries nearly always find. */
+    size_t before = 0, after = 0;
+    for (int tries = 0; tries < 100; tries++) {
+        CHECK_CU(device_mem_get_info(&before, total));
+        CHECK_CU(cuMemGetInfo(seen, total));
+        CHECK_CU(device_mem_get_info(&after, total));
+        if (before == after) break;
+        usleep(1000);
+    }
     *device_low = before < after ? before : after;
     *device_high = before < after ? after : before;
 }

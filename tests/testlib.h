@@ -53,7 +53,8 @@ void tl_child_dump(const char *what, const tl_child_t *child);
 
 /* Runs this program with --child once per free mode (CUPOOL_FREE=mode plus
  * `env`, a NULL-terminated list as for tl_run_self, may be NULL; the mode
- * "native" runs it without cupool), prints what each printed and "mode M
+ * "native" runs it without cupool; "MODE-FENCE" adds
+ * CUPOOL_DEFERRED_FENCE=FENCE), prints what each printed and "mode M
  * passed" or "FAILED".  A run passes when it exits 0 and `check` (may be
  * NULL) returns nonzero.  Returns the number of modes that failed.
  * CUPOOL_TEST_MODES (words separated by spaces or commas) runs only the
@@ -74,8 +75,8 @@ uint64_t tl_held(void);
 /* cupool's cuMemGetInfo (*seen, *total), bracketed by the device's own
  * answer just before and just after it (the lower and higher of the two in
  * *device_low, *device_high): other processes on the GPU, and the sanitizer,
- * move the device's free memory by hundreds of MiB between two moments, but
- * not between three calls in a row. */
+ * move the device's free memory by hundreds of MiB, both ways, so the three
+ * readings are taken again (up to 100 times) until the device's two agree. */
 void tl_mem_get_info_bracketed(size_t *seen, size_t *total, size_t *device_low, size_t *device_high);
 
 /* Fills `bytes` at ptr with a 32-bit pattern (bytes need not be a multiple

@@ -129,6 +129,7 @@ SIM_LEGACY_STUB(cuMemsetD32, (CUdeviceptr_v1 dst, unsigned int value, unsigned i
     X(cuEventRecordWithFlags, 11010, 0, cuEventRecordWithFlags)                    \
     X(cuEventRecordWithFlags, 11010, 1, cuEventRecordWithFlags_ptsz)               \
     X(cuEventQuery, 2000, 0, cuEventQuery)                                         \
+    X(cuCtxRecordEvent, 12050, 0, cuCtxRecordEvent)                                \
     X(cuEventSynchronize, 2000, 0, cuEventSynchronize)                             \
     X(cuEventDestroy, 2000, 0, cuEventDestroy)                                     \
     X(cuEventDestroy, 4000, 0, cuEventDestroy_v2)                                  \

@@ -394,6 +394,30 @@ SIM_API CUresult CUDAAPI cuEventRecord_ptsz(CUevent e, CUstream s) { return even
 SIM_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int f) { return event_record(e, s, f, false); }
 SIM_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int f) { return event_record(e, s, f, true); }
 
+/* CUDA 12.5: the event captures all the work of the context so far.  While
+ * a stream of the context captures, the call fails and invalidates those
+ * captures, as the driver documents. */
+SIM_API CUresult CUDAAPI cuCtxRecordEvent(CUcontext ctx, CUevent e)
+{
+    SIM_BEGIN;
+    SIM_CHECK(event_check(e));
+    SIM_CHECK(sim_ctx_check(ctx));
+    if (e->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
+    bool conflict = false;
+    for (size_t i = 0; i < sim.captures.len; i++) {
+        CUstream s = sim.captures.items[i];
+        if (s->ctx != ctx) continue;
+        sim_capture_invalidate(s);
+        conflict = true;
+    }
+    if (conflict) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    e->recorded = true;
+    e->pending_queries = sim.event_delay;
+    e->time_ms = sim_now_ms();
+    e->stream = NULL; /* no one stream's: only a context-wide synchronization completes it early */
+    return CUDA_SUCCESS;
+}
+
 SIM_API CUresult CUDAAPI cuEventQuery(CUevent e)
 {
     SIM_BEGIN;
