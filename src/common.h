@@ -195,7 +195,7 @@ const char *cupool_option_string(enum cupool_option id);
 int cupool_parse_size(const char *text, uint64_t *out);
 void cupool_options_print(void);
 /* Whether a CUDA tool (compute-sanitizer, Nsight) is attached to the
- * process: the driver loads one named by CUDA_INJECTION64_PATH. */
+ * process, as the variables the tools set in it say. */
 int cupool_cuda_tool_attached(void);
 
 /* ---- message.c ----------------------------------------------------------- */

@@ -64,9 +64,6 @@ struct deferred_batch {
 #define BATCH_WAIT_NS_PER_STREAM 16000
 #define BATCH_MIN_BLOCKS 64
 #define BATCH_CHEAP_STREAMS 2
-#ifndef CONTEXT_FENCE_WAIT_NS
-#define CONTEXT_FENCE_WAIT_NS 0
-#endif
 
 /* A program that frees faster than the GPU catches up (the host runs ahead
  * of its kernels) would otherwise pile up freed memory without bound; past
@@ -368,8 +365,7 @@ static int context_fences(void)
  * batch's fence is set: 0 where a fence costs one call. */
 static uint64_t batch_wait_ns(const cupool_context_t *c)
 {
-    if (context_fences()) return CONTEXT_FENCE_WAIT_NS;
-    if (c->nstreams <= BATCH_CHEAP_STREAMS) return 0;
+    if (context_fences() || c->nstreams <= BATCH_CHEAP_STREAMS) return 0;
     uint64_t wait_ns = (uint64_t)c->nstreams * BATCH_WAIT_NS_PER_STREAM;
     return wait_ns < BATCH_MIN_WAIT_NS ? BATCH_MIN_WAIT_NS : wait_ns;
 }

@@ -118,8 +118,14 @@ static const char *expected(const option_row_t *row)
 
 static void parse_all(void)
 {
-    const char *tool = getenv("CUDA_INJECTION64_PATH");
-    tool_attached = tool && *tool;
+    /* Nsight tools name their library in CUDA_INJECTION64_PATH;
+     * compute-sanitizer (13.0) sets NV_SANITIZER_INJECTION_* instead. */
+    static const char *const tool_variables[] = {"CUDA_INJECTION64_PATH", "NV_SANITIZER_INJECTION_PORT_BASE"};
+    tool_attached = 0;
+    for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(tool_variables); i++) {
+        const char *tool = getenv(tool_variables[i]);
+        if (tool && *tool) tool_attached = 1;
+    }
     for (int i = 0; i < CUPOOL_OPT_COUNT; i++) {
         const option_row_t *row = &rows[i];
         const char *text = getenv(row->env);

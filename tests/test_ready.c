@@ -325,8 +325,19 @@ static const struct {
     {"fence-tool", reuse,
      {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so", NULL}, 1,
      "deferred fences: an event on every stream (a CUDA tool is attached)"},
+    {"fence-sanitizer", reuse,
+     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "NV_SANITIZER_INJECTION_PORT_BASE=49152",
+      NULL},
+     1, "deferred fences: an event on every stream (a CUDA tool is attached)"},
     {"capture", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
 };
+
+/* As cupool's options.c decides it. */
+static int tool_attached(void)
+{
+    const char *nsight = getenv("CUDA_INJECTION64_PATH"), *sanitizer = getenv("NV_SANITIZER_INJECTION_PORT_BASE");
+    return (nsight && *nsight) || (sanitizer && *sanitizer);
+}
 
 int main(int argc, char **argv)
 {
@@ -339,9 +350,8 @@ int main(int argc, char **argv)
             printf("%s: skipped on the real driver\n", cases[i].name);
             continue;
         }
-        /* Under compute-sanitizer auto records an event on every stream. */
-        const char *tool = getenv("CUDA_INJECTION64_PATH");
-        if (cases[i].run == reuse && cases[i].says && strstr(cases[i].says, "context") && tool && *tool) {
+        /* Under a CUDA tool auto records an event on every stream. */
+        if (cases[i].run == reuse && cases[i].says && strstr(cases[i].says, "context") && tool_attached()) {
             printf("%s: skipped (a CUDA tool is attached)\n", cases[i].name);
             continue;
         }

@@ -13,6 +13,7 @@
 # c: PyTorch train-stream, 3 rounds, with the fences of b: one per free
 #    (the default), the fan-in (CUPOOL_DEFERRED_FENCE=streams), and a
 #    build whose context fences wait 100 us for company; CUPOOL_STATS of each
+#    (ran at 8f97f43; the CONTEXT_FENCE_WAIT_NS switch left the code after it)
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
