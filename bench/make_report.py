@@ -217,16 +217,19 @@ What cupool costs, by design (the free modes of its design, "Allocation semantic
   lead at every free, which is why `sync` is the slowest pooled mode in the
   framework tables - still far cheaper than native `cuMemFree`, which also
   synchronizes and then returns the memory to the driver.
-- **`deferred`** never waits on a free, but sets a fence for a batch of frees:
-  an event on the legacy stream (about 0.3 µs) and one on every live
-  non-blocking stream of the context (about 0.55 µs each with the fence
-  stream's wait). An allocation first polls the fences; a block whose fence
-  has completed serves the next allocation of its size with no driver call
-  (the ready store); any other allocation is a pool call on cupool's private
-  stream and a query of it (about 1.6 µs). Blocks become free again only when
-  the GPU has passed their fence, and a ready block waits for its own size,
-  so when the GPU runs far behind the CPU the pool holds more memory than a
-  stream-ordered allocator would: that shows as peak memory.
+- **`deferred`** never waits on a free, but sets a fence after it: one event
+  for all the work of the context (`cuCtxRecordEvent`, about 0.3 µs whatever
+  the number of streams), or, under a CUDA tool or with
+  `CUPOOL_DEFERRED_FENCE=streams`, an event on the legacy stream and one on
+  every live non-blocking stream (about 0.25 µs each with the fence stream's
+  wait, so set for a batch of frees). An allocation first polls the fences;
+  a block whose fence has completed serves the next allocation of its size
+  with no driver call (the ready store); any other allocation is a pool call
+  on cupool's private stream and a query of it (about 1.6 µs). Blocks become
+  free again only when the GPU has passed their fence, and a ready block
+  waits for its own size, so when the GPU runs far behind the CPU the pool
+  holds more memory than a stream-ordered allocator would: that shows as
+  peak memory.
 - **`ordered`** (what `auto` uses until the program creates a non-blocking
   stream) issues the same two calls as a stream-ordered allocator on the legacy
   stream; its cost over the bare calls is cupool's bookkeeping: the context

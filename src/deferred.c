@@ -40,7 +40,7 @@ struct ready_size {
 struct deferred_batch {
     deferred_block_t *blocks;
     deferred_batch_t *next;
-    CUevent fence;                        /* on the fence stream, after every stream's work */
+    CUevent fence;                        /* after all the work of the context (record_fence) */
     uint64_t fenced_ns;                   /* when it was recorded */
 };
 
