@@ -14,6 +14,9 @@
 #    (the default), the fan-in (CUPOOL_DEFERRED_FENCE=streams), and a
 #    build whose context fences wait 100 us for company; CUPOOL_STATS of each
 #    (ran at 8f97f43; the CONTEXT_FENCE_WAIT_NS switch left the code after it)
+# f: threads-pair-probe.c (what the pieces of cupool's ordered pair cost at
+#    1, 4 and 16 threads, against the bare pool calls in the same process),
+#    then alloc_bench.py at 1 MiB with 4 and 16 threads, 5 rounds
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -87,6 +90,15 @@ c)
             python3 bench/torch_bench.py --worker nocache-cupool --workload train-stream 2>&1 | grep -E "ready block|pooled alloc|peak|fences" | head -6
     done
     ;;
-*) echo "usage: OUT=DIR bash docs/examples/run13.sh a|b|c" >&2; exit 2 ;;
+f)
+    cc -O2 -I/usr/local/cuda/include -o $OUT/r/tp docs/examples/threads-pair-probe.c -L/usr/local/cuda/lib64/stubs -lcuda -lpthread
+    timeout 60 $OUT/r/tp | tee $OUT/r/threads-pair-probe.txt; rm -f $OUT/r/tp
+    build
+    timeout 90 python3 bench/alloc_bench.py --bin build-gpu/bench/alloc_bench --cupool build-gpu/scripts/cupool \
+        --library build-gpu/.libs/libcupool.so --out $OUT/r/alloc --sizes 1M --threads 4,16 --rounds 5 \
+        >$OUT/r/alloc.txt 2>&1
+    echo "alloc rc $?"; tail -12 $OUT/r/alloc.txt
+    ;;
+*) echo "usage: OUT=DIR bash docs/examples/run13.sh a|b|c|f" >&2; exit 2 ;;
 esac
 (cd $OUT/r && tar czf ../r.tgz --exclude='*.so*' --exclude=logs .)
