@@ -14,7 +14,7 @@
 #    (the default), the fan-in (CUPOOL_DEFERRED_FENCE=streams), and a
 #    build whose context fences wait 100 us for company; CUPOOL_STATS of each
 #    (ran at 8f97f43; the CONTEXT_FENCE_WAIT_NS switch left the code after it)
-# f: threads-pair-probe.c (what the pieces of cupool's ordered pair cost at
+# f (prepared, refused: too little device time was left): threads-pair-probe.c (what the pieces of cupool's ordered pair cost at
 #    1, 4 and 16 threads, against the bare pool calls in the same process),
 #    then alloc_bench.py at 1 MiB with 4 and 16 threads, 5 rounds
 # Results in $OUT/r and $OUT/r.tgz.
