@@ -182,11 +182,11 @@ void cupool_captures_ended(void);
 int cupool_enter_context(CUcontext ctx);
 void cupool_leave_context(int pushed);
 
-/* Capture-safe bracket around cupool's own driver calls. */
 /* Held while a capture begins and while deferred.c records a fence, which
  * would invalidate a capture begun under it (stream.c). */
 void cupool_capture_gate_enter(void);
 void cupool_capture_gate_leave(void);
+/* Capture-safe bracket around cupool's own driver calls. */
 CUstreamCaptureMode cupool_relaxed_begin(void);
 void cupool_relaxed_end(CUstreamCaptureMode previous);
 

@@ -396,9 +396,10 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
 }
 
 /* Sets a fence after all the work of the context and queues the pending
- * frees behind it.  Called with c->lock held and c->ctx current.  A capture
- * that began since the caller looked leaves the batch pending until its
- * end: the fence would invalidate it. */
+ * frees behind it (or, failing that, synchronizes the context and frees
+ * them).  Called with c->lock held and c->ctx current.  A capture that
+ * began since the caller looked leaves the batch pending until its end:
+ * the fence would invalidate it. */
 static void record_batch(cupool_context_t *c)
 {
     cupool_capture_gate_enter();
@@ -413,7 +414,6 @@ static void record_batch(cupool_context_t *c)
         r = record_fence(c, batch->fence);
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
-    cupool_capture_gate_leave();
     if (r != CUDA_SUCCESS) {
         /* Could not set the fence: fall back to the strongest order. */
         cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
@@ -428,6 +428,7 @@ static void record_batch(cupool_context_t *c)
         else c->head = batch;
         c->tail = batch;
     }
+    cupool_capture_gate_leave();
     c->pending = NULL;
     c->npending = 0;
     c->batch_start_ns = 0;
