@@ -332,9 +332,10 @@ static int batch_complete(deferred_batch_t *batch, int wait)
     return r != CUDA_ERROR_NOT_READY;
 }
 
-/* Whether fences are one context-wide event (see above); decided once. */
+/* Whether fences are one context-wide event (see above); decided once,
+ * and given up for good if the driver refuses one. */
 static pthread_once_t fence_kind_once = PTHREAD_ONCE_INIT;
-static int context_fence;
+static atomic_int context_fence;
 
 static void decide_fence_kind(void)
 {
@@ -347,9 +348,9 @@ static void decide_fence_kind(void)
     } else if (kind == CUPOOL_FENCE_AUTO && cupool_cuda_tool_attached()) {
         why = "a CUDA tool is attached";
     } else if (kind != CUPOOL_FENCE_STREAMS) {
-        context_fence = 1;
+        atomic_store(&context_fence, 1);
     }
-    if (context_fence)
+    if (atomic_load(&context_fence))
         cupool_message(CUPOOL_MSG_INFO, "deferred fences: one event for the whole context (cuCtxRecordEvent)");
     else
         cupool_message(CUPOOL_MSG_INFO, "deferred fences: an event on every stream (%s)", why);
@@ -358,7 +359,7 @@ static void decide_fence_kind(void)
 static int context_fences(void)
 {
     pthread_once(&fence_kind_once, decide_fence_kind);
-    return context_fence;
+    return atomic_load_explicit(&context_fence, memory_order_relaxed);
 }
 
 /* How long the first free of a batch may wait for company before the
@@ -382,7 +383,17 @@ static CUresult fan_in(cupool_context_t *c, CUstream stream)
  * each live non-blocking stream's.  c->lock and the capture gate held. */
 static CUresult record_fence(cupool_context_t *c, CUevent fence)
 {
-    if (context_fences()) return real_cuCtxRecordEvent(c->ctx, fence);
+    if (context_fences()) {
+        CUresult r = real_cuCtxRecordEvent(c->ctx, fence);
+        if (r == CUDA_SUCCESS) return r;
+        /* A driver that has the call may still refuse it (a platform or
+         * mode without it): the fan-in from now on, rather than a
+         * synchronization at every free. */
+        int was = 1;
+        if (atomic_compare_exchange_strong(&context_fence, &was, 0))
+            cupool_message(CUPOOL_MSG_WARN, "cuCtxRecordEvent failed (%s); deferred fences record an event on every "
+                                            "stream from now on", cupool_result_name(r));
+    }
     /* With no non-blocking stream the legacy stream alone covers every
      * use: the fence is an event recorded there, nothing to fan in. */
     if (c->nstreams == 0) return real_cuEventRecord(fence, CU_STREAM_LEGACY);

@@ -26,7 +26,9 @@
  *   fence-*:    reuse, with each kind of fence CUPOOL_DEFERRED_FENCE
  *               chooses and CUPOOL_VERBOSE saying which: one event for the
  *               whole context (the default), an event on every stream
- *               (streams, and auto with a CUDA tool attached).
+ *               (streams, auto with a CUDA tool attached, and a driver
+ *               that refuses cuCtxRecordEvent, which cupool then warns of
+ *               once).
  *   capture:    captures begun on one thread while another allocates and
  *               frees in `deferred` all survive (a fence recorded under a
  *               capture in progress invalidates it).
@@ -329,6 +331,9 @@ static const struct {
      {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "NV_SANITIZER_INJECTION_PORT_BASE=49152",
       NULL},
      1, "deferred fences: an event on every stream (a CUDA tool is attached)"},
+    /* A driver that has cuCtxRecordEvent but refuses it. */
+    {"fence-refused", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "SIMCUDA_NO_CTX_RECORD_EVENT=1", NULL}, 1,
+     "cuCtxRecordEvent failed (CUDA_ERROR_NOT_SUPPORTED); deferred fences record an event on every stream"},
     {"capture", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
 };
 

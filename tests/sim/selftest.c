@@ -210,6 +210,22 @@ static void test_events(void)
     EXPECT(cuEventQuery(e), CUDA_ERROR_NOT_READY);
     OK(cuCtxSynchronize());
     OK(cuEventQuery(e));
+    /* The context's work as a whole (CUDA 12.5); a capture in progress in
+     * the context makes it fail and is invalidated. */
+    CUcontext ctx;
+    CUgraph g;
+    CUstreamCaptureStatus st;
+    OK(cuCtxGetCurrent(&ctx));
+    OK(cuCtxRecordEvent(ctx, e));
+    EXPECT(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+    OK(cuCtxSynchronize());
+    OK(cuEventQuery(e));
+    EXPECT(cuCtxRecordEvent(NULL, e), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    EXPECT(cuCtxRecordEvent(ctx, e), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    OK(cuStreamIsCapturing(s, &st));
+    TRUE(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
     OK(cuEventDestroy(e));
     EXPECT(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
     OK(cuStreamDestroy(s));

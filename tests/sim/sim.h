@@ -206,6 +206,7 @@ typedef struct {
     unsigned event_delay;
     bool memset_bug;
     bool no_pools;
+    bool no_ctx_record_event; /* cuCtxRecordEvent fails (CUDA_ERROR_NOT_SUPPORTED) */
     unsigned long long next_id;
     sim_vec pools;
     sim_vec captures; /* streams with a capture sequence in progress */

@@ -192,6 +192,7 @@ static void read_environment(void)
     sim.event_delay = (unsigned)env_size("SIMCUDA_EVENT_DELAY", 0);
     sim.memset_bug = env_size("SIMCUDA_MEMSET_BUG", 0) != 0;
     sim.no_pools = env_size("SIMCUDA_NO_POOLS", 0) != 0;
+    sim.no_ctx_record_event = env_size("SIMCUDA_NO_CTX_RECORD_EVENT", 0) != 0;
 }
 
 SIM_API CUresult CUDAAPI cuInit(unsigned int flags)

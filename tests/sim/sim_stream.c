@@ -403,6 +403,7 @@ SIM_API CUresult CUDAAPI cuCtxRecordEvent(CUcontext ctx, CUevent e)
     SIM_CHECK(event_check(e));
     SIM_CHECK(sim_ctx_check(ctx));
     if (e->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
+    if (sim.no_ctx_record_event) return CUDA_ERROR_NOT_SUPPORTED;
     bool conflict = false;
     for (size_t i = 0; i < sim.captures.len; i++) {
         CUstream s = sim.captures.items[i];
