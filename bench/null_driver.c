@@ -2,8 +2,11 @@
  * A CUDA driver that does nothing, for measuring cupool's own cost per
  * allocation + free pair without a GPU (scripts/overhead.sh).  Built as
  * libcuda.so.1 in a directory of its own and found by the loader first.
- * Every entry point cupool needs succeeds at once; a pool hands out the same
- * address each time (the program frees before it allocates again).
+ * Every entry point cupool needs succeeds at once.  A pool is a stack of
+ * freed addresses under a spin lock, as a real pool hands the block one
+ * thread freed to the next thread that asks: with one thread the same
+ * address comes back each time, with several the addresses (and cupool's
+ * records of them) move between the threads' cores.
  *
  * Between two of cupool's calls the real driver runs thousands of
  * instructions over its own data, which evicts much of what cupool touched
@@ -16,6 +19,7 @@
  */
 #define __CUDA_API_VERSION_INTERNAL
 #include <cuda.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,14 +86,39 @@ EXPORT CUresult cuMemPoolDestroy(CUmemoryPool p) { (void)p; return CUDA_SUCCESS;
 EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool p, CUmemPool_attribute a, void *v) { (void)p; (void)a; (void)v; return CUDA_SUCCESS; }
 EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute a, void *v) { (void)p; (void)a; *(cuuint64_t *)v = 0; return CUDA_SUCCESS; }
 EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool p, size_t keep) { (void)p; (void)keep; return CUDA_SUCCESS; }
+/* The pool: freed addresses, the latest on top; 1 MiB apart when new. */
+static atomic_int pool_lock;
+static CUdeviceptr freed[4096];
+static unsigned nfreed, minted;
+
+static void pool_enter(void)
+{
+    while (atomic_exchange_explicit(&pool_lock, 1, memory_order_acquire)) __builtin_ia32_pause();
+}
+
+static void pool_leave(void)
+{
+    atomic_store_explicit(&pool_lock, 0, memory_order_release);
+}
+
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s)
 {
     (void)n; (void)p; (void)s;
     driver_work();
-    *d = BLOCK;
+    pool_enter();
+    *d = nfreed ? freed[--nfreed] : BLOCK + ((CUdeviceptr)minted++ << 20);
+    pool_leave();
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s) { (void)d; (void)s; driver_work(); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s)
+{
+    (void)s;
+    driver_work();
+    pool_enter();
+    if (nfreed < sizeof freed / sizeof freed[0]) freed[nfreed++] = d;
+    pool_leave();
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) { (void)n; driver_work(); *d = BLOCK + (1ull << 32); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemFree_v2(CUdeviceptr d) { (void)d; driver_work(); return CUDA_SUCCESS; }
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_ERROR_UNKNOWN"; return CUDA_SUCCESS; }

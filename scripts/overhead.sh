@@ -12,11 +12,16 @@
 #     calls ("evicted": every line cupool touches is a miss, as on the GPU
 #     machine in the worst case); the median of 41 rounds, one line per
 #     process (OVERHEAD_PROCESSES, default 4)
+#   - the same warm, with OVERHEAD_THREADS threads at once (default 2; 1
+#     skips it): the null driver's pool hands the block one thread freed to
+#     the next, so cupool's records of the blocks move between cores, as
+#     they do between the threads of alloc_bench on the GPU machine
 #   - with valgrind installed: instructions, instruction-cache lines and
 #     data-cache lines a pair that cupool's own code costs in the evicted
 #     case (cachegrind; exact, unlike the times on a shared machine)
 # Environment: CUPOOL_FREE (default ordered), CUDA_HOME (headers, default
-# /usr/local/cuda), CC, OVERHEAD_PROCESSES, OVERHEAD_CACHEGRIND (0: skip it).
+# /usr/local/cuda), CC, OVERHEAD_PROCESSES, OVERHEAD_THREADS,
+# OVERHEAD_CACHEGRIND (0: skip it).
 # These are figures of the model, for comparing builds; the GPU figures are
 # bench/alloc_bench.py's.
 set -eu
@@ -25,6 +30,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 cc=${CC:-cc}
 processes=${OVERHEAD_PROCESSES:-4}
+threads=${OVERHEAD_THREADS:-2}
 mode=${CUPOOL_FREE:-ordered}
 [ $# -gt 0 ] || set -- .libs/libcupool.so
 for lib in "$@"; do
@@ -35,18 +41,26 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 $cc -O2 -fPIC -shared -fvisibility=hidden -I"$cuda/include" -Wl,-soname,libcuda.so.1 \
     -o "$tmp/libcuda.so.1" "$src/bench/null_driver.c"
-$cc -O2 -I"$cuda/include" -I"$src/include" -o "$tmp/overhead" "$src/bench/overhead.c" -L"$tmp" -l:libcuda.so.1 -ldl
+$cc -O2 -I"$cuda/include" -I"$src/include" -o "$tmp/overhead" "$src/bench/overhead.c" -L"$tmp" -l:libcuda.so.1 -ldl -lpthread
 # The null driver, for the program and for cupool's dlopen alike.
 LD_LIBRARY_PATH=$tmp
 export LD_LIBRARY_PATH
 
-for evict in 0 1; do
-    [ $evict = 0 ] && what=warm || what=evicted
+for evict in 0 1 threads; do
+    case $evict in
+    0) what=warm ;;
+    1) what=evicted ;;
+    *) [ "$threads" -gt 1 ] || continue; what="warm x$threads threads" ;;
+    esac
     k=1
     while [ $k -le "$processes" ]; do
         for lib in "$@"; do
-            printf '%-8s %s: ' $what "$lib"
-            NULL_DRIVER_EVICT=$evict CUPOOL_FREE=$mode LD_PRELOAD=$lib "$tmp/overhead"
+            printf '%-8s %s: ' "$what" "$lib"
+            if [ $evict = threads ]; then
+                NULL_DRIVER_EVICT=0 CUPOOL_FREE=$mode LD_PRELOAD=$lib "$tmp/overhead" --threads "$threads" 10000 21
+            else
+                NULL_DRIVER_EVICT=$evict CUPOOL_FREE=$mode LD_PRELOAD=$lib "$tmp/overhead"
+            fi
         done
         k=$((k + 1))
     done

@@ -11,7 +11,7 @@ out=$(OVERHEAD_PROCESSES=1 OVERHEAD_CACHEGRIND=0 sh "$srcdir/scripts/overhead.sh
 rc=$?
 echo "$out"
 [ $rc -eq 0 ] || { echo "test_overhead: overhead.sh exited $rc" >&2; exit 1; }
-for what in warm evicted; do
+for what in warm evicted "warm x2 threads"; do
     echo "$out" | grep -q "^$what .*: [0-9.-]* ns a pair (quartiles" ||
         { echo "test_overhead: no $what line" >&2; exit 1; }
 done
