@@ -425,6 +425,9 @@ static void record_batch(cupool_context_t *c)
         r = record_fence(c, batch->fence);
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
+    /* Not held across a synchronization: a capture that waits for the gate
+     * must never wait for the GPU (whose work may wait for that thread). */
+    cupool_capture_gate_leave();
     if (r != CUDA_SUCCESS) {
         /* Could not set the fence: fall back to the strongest order. */
         cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
@@ -439,10 +442,33 @@ static void record_batch(cupool_context_t *c)
         else c->head = batch;
         c->tail = batch;
     }
-    cupool_capture_gate_leave();
     c->pending = NULL;
     c->npending = 0;
     c->batch_start_ns = 0;
+}
+
+/* Frees made while a capture was in progress go back to their pools once
+ * it has ended and all the work so far has completed: a fence, recorded
+ * under the capture gate as record_batch() does, then a wait for it
+ * outside the gate (a capture begun meanwhile must not wait for the GPU).
+ * Called with c->lock held and c->ctx current. */
+static void release_held(cupool_context_t *c)
+{
+    CUevent fence = take_event(c);
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    cupool_capture_gate_enter();
+    int began = atomic_load(&cupool_hot.captures) > 0;
+    if (!began && fence) r = record_fence(c, fence);
+    cupool_capture_gate_leave();
+    if (!began) {
+        if (r == CUDA_SUCCESS) r = real_cuEventSynchronize(fence);
+        else real_cuCtxSynchronize(); /* could not record: the strongest order */
+        /* As for a batch (reclaim_locked), for compute-sanitizer. */
+        if (r == CUDA_SUCCESS && !context_fences()) real_cuStreamWaitEvent(c->private_stream, fence, 0);
+        release_blocks(c, c->held, c->private_stream);
+        c->held = NULL;
+    }
+    if (fence) give_event(c, fence);
 }
 
 /* Moves the blocks of the batches whose events have completed to the ready
@@ -483,17 +509,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         give_record(&c->spare_batches, batch);
     }
     if (c->ready_oldest) ready_trim(c, cap, cupool_now_ns(), c->private_stream);
-    /* Frees made while a capture was in progress wait for it to end (a
-     * synchronization would invalidate one begun since: see record_batch). */
-    if (c->held && atomic_load(&cupool_hot.captures) == 0) {
-        cupool_capture_gate_enter();
-        if (atomic_load(&cupool_hot.captures) == 0) {
-            real_cuCtxSynchronize();
-            release_blocks(c, c->held, c->private_stream);
-            c->held = NULL;
-        }
-        cupool_capture_gate_leave();
-    }
+    if (c->held && atomic_load(&cupool_hot.captures) == 0) release_held(c);
 }
 
 /* Reclaims under the context's lock (keep as for reclaim_locked) and, for a

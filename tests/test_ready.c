@@ -29,6 +29,8 @@
  *               (streams, auto with a CUDA tool attached, and a driver
  *               that refuses cuCtxRecordEvent, which cupool then warns of
  *               once).
+ *   held:       a block freed during a capture goes back to its pool
+ *               once the capture has ended.
  *   capture:    captures begun on one thread while another allocates and
  *               frees in `deferred` all survive (a fence recorded under a
  *               capture in progress invalidates it).
@@ -259,6 +261,36 @@ static int oom_other(void)
     return 0;
 }
 
+/* A block freed while a capture is in progress stays allocated until the
+ * capture ends, then goes back to its pool at the next call. */
+static int held(void)
+{
+    tl_init(0);
+    CUdeviceptr p, q;
+    CUstream s;
+    CUgraph g;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuMemAlloc(&p, BLOCK));
+    CUmemoryPool pool = tl_pool_of(p);
+    CHECK_TRUE(pool != NULL);
+    tl_fill(p, BLOCK, 0x5A5A5A5Au);
+    CHECK_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK_CU(cuMemsetD32Async(p, 1u, 1, s));
+    CHECK_CU(cuMemFree(p));
+    uint64_t during = tl_pool_used(pool);
+    CHECK_CU(cuStreamEndCapture(s, &g));
+    CHECK_CU(cuGraphDestroy(g));
+    CHECK_CU(cuMemAlloc(&q, SMALL));
+    uint64_t after = tl_pool_used(pool);
+    printf("held: pool used %llu during the capture, %llu after it\n", (unsigned long long)during,
+           (unsigned long long)after);
+    CHECK_TRUE(during >= BLOCK);
+    CHECK_TRUE(after < BLOCK);
+    CHECK_CU(cuMemFree(q));
+    CHECK_CU(cuStreamDestroy(s));
+    return 0;
+}
+
 #define CAPTURES 2000
 
 static void *capture_loop(void *arg)
@@ -334,6 +366,7 @@ static const struct {
     /* A driver that has cuCtxRecordEvent but refuses it. */
     {"fence-refused", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "SIMCUDA_NO_CTX_RECORD_EVENT=1", NULL}, 1,
      "cuCtxRecordEvent failed (CUDA_ERROR_NOT_SUPPORTED); deferred fences record an event on every stream"},
+    {"held", held, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
     {"capture", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
 };
 
