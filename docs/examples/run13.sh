@@ -16,7 +16,10 @@
 #    (ran at 8f97f43; the CONTEXT_FENCE_WAIT_NS switch left the code after it)
 # f (prepared, refused: too little device time was left): threads-pair-probe.c (what the pieces of cupool's ordered pair cost at
 #    1, 4 and 16 threads, against the bare pool calls in the same process),
-#    then alloc_bench.py at 1 MiB with 4 and 16 threads, 5 rounds
+#    then alloc_bench.py at 1 MiB with 4 and 16 threads, 5 rounds; then
+#    the library's changes after 3750852 (the held blocks' release, a
+#    refused cuCtxRecordEvent) on the real driver: make check of test_ready,
+#    test_capture and test_modes, test_ready under the sanitizer
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -98,6 +101,12 @@ f)
         --library build-gpu/.libs/libcupool.so --out $OUT/r/alloc --sizes 1M --threads 4,16 --rounds 5 \
         >$OUT/r/alloc.txt 2>&1
     echo "alloc rc $?"; tail -12 $OUT/r/alloc.txt
+    ( cd build-gpu && timeout 120 make -j1 -k check CUPOOL_TEST_DRIVER=real \
+        TESTS="tests/test_ready tests/test_capture tests/test_modes" ) >$OUT/r/check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_ready test_capture" \
+        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=120 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
     ;;
 *) echo "usage: OUT=DIR bash docs/examples/run13.sh a|b|c|f" >&2; exit 2 ;;
 esac
