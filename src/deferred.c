@@ -406,28 +406,50 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
     return r == CUDA_SUCCESS ? real_cuEventRecord(fence, c->fence_stream) : r;
 }
 
-/* Sets a fence after all the work of the context and queues the pending
- * frees behind it (or, failing that, synchronizes the context and frees
- * them).  Called with c->lock held and c->ctx current.  A capture that
- * began since the caller looked leaves the batch pending until its end:
- * the fence would invalidate it. */
-static void record_batch(cupool_context_t *c)
+/* Records `fence` unless a stream capture is in progress (the fence would
+ * invalidate it): the check and the record under the capture gate, so that
+ * no capture begins in between.  Returns record_fence()'s answer, or
+ * CAPTURE_IN_PROGRESS (no driver's answer): the caller then waits for the
+ * capture to end.  The gate is never held across a
+ * synchronization: a thread beginning a capture may wait for it while the
+ * GPU's work waits for that thread. */
+#define CAPTURE_IN_PROGRESS ((CUresult)-1)
+
+static CUresult record_fence_gated(cupool_context_t *c, CUevent fence)
 {
     cupool_capture_gate_enter();
-    if (atomic_load(&cupool_hot.captures) > 0) {
-        cupool_capture_gate_leave();
-        return;
-    }
+    CUresult r = atomic_load(&cupool_hot.captures) > 0 ? CAPTURE_IN_PROGRESS : record_fence(c, fence);
+    cupool_capture_gate_leave();
+    return r;
+}
+
+/* After a completed fence, makes cupool's private stream wait for it: the
+ * wait costs nothing on the GPU but makes the frees that follow
+ * stream-ordered after every use, which is what compute-sanitizer's
+ * stream-ordered race tracking looks for (in vain after a context-wide
+ * event, which it does not model). */
+static void order_after(cupool_context_t *c, CUevent fence)
+{
+    if (!context_fences()) real_cuStreamWaitEvent(c->private_stream, fence, 0);
+}
+
+/* Sets a fence after all the work of the context and queues the pending
+ * frees behind it (or, failing that, synchronizes the context and frees
+ * them); a capture in progress leaves them pending until its end.  Called
+ * with c->lock held and c->ctx current. */
+static void record_batch(cupool_context_t *c)
+{
     deferred_batch_t *batch = take_record(&c->spare_batches, sizeof(deferred_batch_t));
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     if (batch && (batch->fence = take_event(c))) {
         batch->fenced_ns = cupool_now_ns();
-        r = record_fence(c, batch->fence);
+        r = record_fence_gated(c, batch->fence);
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
-    /* Not held across a synchronization: a capture that waits for the gate
-     * must never wait for the GPU (whose work may wait for that thread). */
-    cupool_capture_gate_leave();
+    if (r == CAPTURE_IN_PROGRESS) {
+        give_record(&c->spare_batches, batch);
+        return;
+    }
     if (r != CUDA_SUCCESS) {
         /* Could not set the fence: fall back to the strongest order. */
         cupool_message_once(CUPOOL_MSG_WARN, "cannot record events for deferred frees (%s); synchronizing instead",
@@ -448,23 +470,16 @@ static void record_batch(cupool_context_t *c)
 }
 
 /* Frees made while a capture was in progress go back to their pools once
- * it has ended and all the work so far has completed: a fence, recorded
- * under the capture gate as record_batch() does, then a wait for it
- * outside the gate (a capture begun meanwhile must not wait for the GPU).
- * Called with c->lock held and c->ctx current. */
+ * it has ended and all the work so far has completed: a fence as for a
+ * batch, then a wait for it.  Called with c->lock held and c->ctx current. */
 static void release_held(cupool_context_t *c)
 {
     CUevent fence = take_event(c);
-    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-    cupool_capture_gate_enter();
-    int began = atomic_load(&cupool_hot.captures) > 0;
-    if (!began && fence) r = record_fence(c, fence);
-    cupool_capture_gate_leave();
-    if (!began) {
+    CUresult r = fence ? record_fence_gated(c, fence) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CAPTURE_IN_PROGRESS) {
         if (r == CUDA_SUCCESS) r = real_cuEventSynchronize(fence);
         else real_cuCtxSynchronize(); /* could not record: the strongest order */
-        /* As for a batch (reclaim_locked), for compute-sanitizer. */
-        if (r == CUDA_SUCCESS && !context_fences()) real_cuStreamWaitEvent(c->private_stream, fence, 0);
+        if (r == CUDA_SUCCESS) order_after(c, fence);
         release_blocks(c, c->held, c->private_stream);
         c->held = NULL;
     }
@@ -494,11 +509,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         deferred_batch_t *batch = c->head;
         c->head = batch->next;
         if (!c->head) c->tail = NULL;
-        /* The fence has completed; the wait costs nothing on the GPU but
-         * makes the free stream-ordered after every use, which is what
-         * compute-sanitizer's stream-ordered race tracking looks for (in
-         * vain after a context-wide event, which it does not model). */
-        if (!context_fences()) real_cuStreamWaitEvent(c->private_stream, batch->fence, 0);
+        order_after(c, batch->fence);
         give_event(c, batch->fence);
         for (deferred_block_t *b = batch->blocks, *next; b; b = next) {
             next = b->next;
