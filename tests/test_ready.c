@@ -33,7 +33,8 @@
  *               once the capture has ended.
  *   capture:    captures begun on one thread while another allocates and
  *               frees in `deferred` all survive (a fence recorded under a
- *               capture in progress invalidates it).
+ *               capture in progress invalidates it), with either kind of
+ *               fence (capture-streams).
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -298,7 +299,9 @@ static void *capture_loop(void *arg)
     CHECK_CU(cuCtxSetCurrent((CUcontext)arg));
     CUstream s;
     CUdeviceptr buf;
-    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    /* Blocking: an event on the legacy stream (the per-stream fence) would
+     * invalidate its capture as well as a context-wide one would. */
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
     CHECK_CU(cuMemAlloc(&buf, 4096));
     long lost = 0;
     for (unsigned i = 0; i < CAPTURES; i++) {
@@ -368,6 +371,7 @@ static const struct {
      "cuCtxRecordEvent failed (CUDA_ERROR_NOT_SUPPORTED); deferred fences record an event on every stream"},
     {"held", held, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
     {"capture", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
+    {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
 };
 
 /* As cupool's options.c decides it. */
