@@ -89,6 +89,7 @@ typedef struct cupool_hot {
                                  CUPOOL_FREE auto or ordered, and no context has left `ordered` */
     atomic_int captures;      /* stream captures in progress, any thread (stream.c) */
     atomic_uint generation;   /* bumped when a context goes away (context.c) */
+    int queue;                /* ordered pool calls go through the contexts' driver queues (queue.c) */
     /* The driver calls of a pooled allocation and free: copies of their
      * real_* pointers, made when the driver is loaded. */
     __typeof__(cuCtxGetCurrent) *ctx_get_current;
@@ -105,6 +106,7 @@ typedef struct cupool_thread {
     unsigned context_generation;          /* ... as of this cupool_hot.generation */
     struct cupool_origin_entry *last_inserted, *last_retired; /* the origin table's hints (origin.c) */
     struct cupool_counters *counters;     /* its statistics counters (stats.c) */
+    int in_front;                         /* it is making calls in front of a driver queue (queue.c) */
 } __attribute__((aligned(64))) cupool_thread_t;
 extern CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
 
@@ -150,6 +152,8 @@ const char *cupool_result_name(CUresult result);
       "deferred: bytes of freed blocks, their users done, a context keeps for the next allocation of their size") \
     X(DEFERRED_FENCE, "CUPOOL_DEFERRED_FENCE", ENUM, "auto", "auto|context|streams",                         \
       "deferred: what a fence records: one event for the whole context (cuCtxRecordEvent), one per stream, or the first unless a CUDA tool is attached") \
+    X(DRIVER_QUEUE, "CUPOOL_DRIVER_QUEUE", ENUM, "auto", "auto|on|off",                                        \
+      "ordered: the pool calls of threads allocating at once made in a row by one of them, each thread's by itself, or the first unless a CUDA tool is attached") \
     X(MEMSET, "CUPOOL_MEMSET", ENUM, "auto", "auto|kernel|native",                                            \
       "graph memset nodes on stream-ordered memory: rewrite where the driver rejects them, always, or never") \
     X(LOG, "CUPOOL_LOG", STRING, "", NULL, "JSON-lines call log path (%p = pid, - = stderr); empty = no log")  \
@@ -169,6 +173,7 @@ enum cupool_option {
 enum { CUPOOL_POLICY_DEDICATED, CUPOOL_POLICY_DEFAULT, CUPOOL_POLICY_SPLIT, CUPOOL_POLICY_OFF };
 enum { CUPOOL_FREE_AUTO, CUPOOL_FREE_ORDERED, CUPOOL_FREE_DEFERRED, CUPOOL_FREE_SYNC };
 enum { CUPOOL_FENCE_AUTO, CUPOOL_FENCE_CONTEXT, CUPOOL_FENCE_STREAMS };
+enum { CUPOOL_QUEUE_AUTO, CUPOOL_QUEUE_ON, CUPOOL_QUEUE_OFF };
 enum { CUPOOL_MEMSET_AUTO, CUPOOL_MEMSET_KERNEL, CUPOOL_MEMSET_NATIVE };
 enum { CUPOOL_LOG_ERROR, CUPOOL_LOG_WARN, CUPOOL_LOG_CALL };
 

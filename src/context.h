@@ -35,6 +35,23 @@ typedef struct {
 } cupool_spare_list_t;
 typedef struct deferred_batch deferred_batch_t;
 
+/* The driver queue of a context (queue.c): its `ordered` pool calls, one
+ * thread at a time, the thread in front making the calls of those waiting.
+ * In a line of its own: every thread of the context writes it. */
+typedef struct cupool_request {
+    struct cupool_request *next;
+    CUmemoryPool pool;                       /* an allocation from it; NULL: a free */
+    CUdeviceptr ptr;                         /* the block freed, or allocated */
+    size_t size;
+    CUresult result;
+    atomic_int done;                         /* set by the thread that made the call */
+} cupool_request_t;
+
+typedef struct {
+    cupool_spinlock_t lock;                  /* held by the thread in front */
+    _Atomic(cupool_request_t *) waiting;     /* calls of the threads behind it */
+} __attribute__((aligned(64))) cupool_queue_t;
+
 /* What every allocation and free reads comes first, in one cache line:
  * the driver's own calls between two of cupool's evict what is spread out
  * (the pool and device number are here so that the fast paths need not
@@ -69,6 +86,7 @@ typedef struct cupool_context {
     deferred_block_t *ready_oldest, *ready_newest;
     uint64_t ready_bytes;
     struct cupool_context *next;             /* registry chain */
+    cupool_queue_t queue;
 } __attribute__((aligned(64))) cupool_context_t;
 
 /* The state of the calling thread's current context, created on first use;
@@ -105,6 +123,39 @@ static inline int cupool_ordered_now(const cupool_context_t *c)
     return atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED && !cupool_capturing();
 }
 
+/* The context's `ordered` pool calls on its legacy stream, through its
+ * driver queue: with the lock free, the thread makes its call at once and
+ * then makes any that came meanwhile; otherwise it waits in the queue
+ * (queue.c).  With the queue off (cupool_hot.queue), every thread calls the
+ * driver itself. */
+CUresult cupool_queue_call_slow(cupool_queue_t *q, CUmemoryPool pool, CUdeviceptr *ptr, size_t size);
+void cupool_queue_leave_slow(cupool_queue_t *q);
+static inline CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
+{
+    cupool_queue_t *q = &c->queue;
+    if (!cupool_hot.queue)
+        return pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
+                    : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
+    if (CUPOOL_UNLIKELY(!cupool_spin_trylock(&q->lock))) return cupool_queue_call_slow(q, pool, ptr, size);
+    cupool_thread.in_front = 1;
+    CUresult r = pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
+                      : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
+    cupool_thread.in_front = 0;
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&q->waiting, memory_order_relaxed)))
+        cupool_queue_leave_slow(q);
+    else
+        cupool_spin_unlock(&q->lock);
+    return r;
+}
+static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
+{
+    return cupool_queue_call(c, pool, dptr, size);
+}
+static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
+{
+    return cupool_queue_call(c, NULL, &ptr, 0);
+}
+
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
 
@@ -124,7 +175,7 @@ static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origi
         return cupool_free_block_slow(c, o, deferred);
     /* On the legacy stream: ordered after the legacy, blocking and
      * per-thread streams' uses in stream order too, not only in time. */
-    CUresult r = real_cuMemFreeAsync(o->ptr, CU_STREAM_LEGACY);
+    CUresult r = cupool_ordered_free(c, o->ptr);
     return CUPOOL_LIKELY(r == CUDA_SUCCESS) ? r : cupool_free_failed(o, r);
 }
 /* Returns completed deferred blocks to their pools; wait = block until all are. */

@@ -187,6 +187,18 @@ static void at_exit(void)
     cupool_log_flush();
 }
 
+/* A tool's callbacks run inside the driver's calls and may allocate or
+ * wait there: under a tool, by default, no thread waits for another's
+ * driver call. */
+static void decide_queue(void)
+{
+    uint64_t q = cupool_option(CUPOOL_OPT_DRIVER_QUEUE);
+    cupool_hot.queue = q == CUPOOL_QUEUE_ON || (q == CUPOOL_QUEUE_AUTO && !cupool_cuda_tool_attached());
+    cupool_message(CUPOOL_MSG_INFO, "driver queue: %s",
+                   cupool_hot.queue ? "on" : q == CUPOOL_QUEUE_OFF ? "off (CUPOOL_DRIVER_QUEUE=off)"
+                                                                   : "off (a CUDA tool is attached)");
+}
+
 static void start(void)
 {
     if (cupool_option(CUPOOL_OPT_VERBOSE)) cupool_options_print();
@@ -195,6 +207,7 @@ static void start(void)
     cupool_hot.count_used = cupool_hot.timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED;
     atexit(at_exit);
     cupool_pools_start();
+    decide_queue();
     int mode = (int)cupool_option(CUPOOL_OPT_FREE);
     atomic_store(&cupool_hot.fast,
                  !cupool_hot.count_used && (mode == CUPOOL_FREE_AUTO || mode == CUPOOL_FREE_ORDERED));

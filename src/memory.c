@@ -50,7 +50,7 @@ static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, C
         *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     }
     if (*mode == CUPOOL_FREE_ORDERED && !cupool_capturing())
-        return real_cuMemAllocFromPoolAsync(dptr, size, pool, CU_STREAM_LEGACY);
+        return cupool_ordered_alloc(c, pool, dptr, size);
     return pool_alloc_private(c, pool, dptr, size);
 }
 
@@ -86,11 +86,11 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
     if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr || !size) return 0;
     cupool_context_t *c = cupool_current_context();
     if (!c || !c->any_size_pool || !cupool_ordered_now(c) || cupool_reclaim_due(c)) return 0;
-    if (cupool_hot.alloc_from_pool(dptr, size, c->any_size_pool, CU_STREAM_LEGACY) != CUDA_SUCCESS) return 0;
+    if (cupool_ordered_alloc(c, c->any_size_pool, dptr, size) != CUDA_SUCCESS) return 0;
     cupool_origin_t origin = {
         .ptr = *dptr, .size = size, .owner = c, .pool = c->any_size_pool, .mode = CUPOOL_FREE_ORDERED};
     if (CUPOOL_UNLIKELY(cupool_origin_insert(&origin) != 0)) {
-        cupool_hot.free_async(*dptr, CU_STREAM_LEGACY);
+        cupool_ordered_free(c, *dptr);
         return 0;
     }
     cupool_stats_fast(c->ordinal, 0, size);
@@ -114,7 +114,7 @@ static inline int free_fast(CUdeviceptr dptr, CUresult *result)
     cupool_context_t *c = cupool_current_context();
     cupool_origin_t o;
     if (!c || cupool_origin_take(dptr, &o, frees_now, c) != 0) return 0;
-    CUresult r = cupool_hot.free_async(dptr, CU_STREAM_LEGACY);
+    CUresult r = cupool_ordered_free(c, dptr);
     if (CUPOOL_LIKELY(r == CUDA_SUCCESS)) {
         cupool_stats_fast(c->ordinal, 1, o.size);
     } else {

@@ -374,13 +374,6 @@ static const struct {
     {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
 };
 
-/* As cupool's options.c decides it. */
-static int tool_attached(void)
-{
-    const char *nsight = getenv("CUDA_INJECTION64_PATH"), *sanitizer = getenv("NV_SANITIZER_INJECTION_PORT_BASE");
-    return (nsight && *nsight) || (sanitizer && *sanitizer);
-}
-
 int main(int argc, char **argv)
 {
     for (size_t i = 0; argc > 2 && strcmp(argv[1], "--case") == 0 && i < sizeof cases / sizeof cases[0]; i++)
@@ -393,7 +386,7 @@ int main(int argc, char **argv)
             continue;
         }
         /* Under a CUDA tool auto records an event on every stream. */
-        if (cases[i].run == reuse && cases[i].says && strstr(cases[i].says, "context") && tool_attached()) {
+        if (cases[i].run == reuse && cases[i].says && strstr(cases[i].says, "context") && tl_cuda_tool_attached()) {
             printf("%s: skipped (a CUDA tool is attached)\n", cases[i].name);
             continue;
         }

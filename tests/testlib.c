@@ -53,6 +53,12 @@ void tl_reexec_with(char **argv, const char *name, const char *value)
     CHECK_FAIL("execv(/proc/self/exe): %s", strerror(errno));
 }
 
+int tl_cuda_tool_attached(void)
+{
+    const char *nsight = getenv("CUDA_INJECTION64_PATH"), *sanitizer = getenv("NV_SANITIZER_INJECTION_PORT_BASE");
+    return (nsight && *nsight) || (sanitizer && *sanitizer);
+}
+
 int tl_native(void)
 {
     const char *n = getenv("CUPOOL_TEST_NATIVE");

@@ -27,6 +27,10 @@ cupool_stats_t tl_stats(int device);
  * this program with the same arguments.  Returns when it is already set. */
 void tl_reexec_with(char **argv, const char *name, const char *value);
 
+/* Whether a CUDA tool (compute-sanitizer, Nsight) is attached to this
+ * process, as cupool's options.c decides it. */
+int tl_cuda_tool_attached(void);
+
 /* True in a child started with native = 1 (CUPOOL_TEST_NATIVE=1, no cupool). */
 int tl_native(void);
 

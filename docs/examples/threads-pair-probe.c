@@ -11,6 +11,14 @@
  *             and at the free (the pool hands a block freed by one thread
  *             to the next, so entries and locks move between cores)
  *   both      get2 and table
+ *   spin      an empty loop of about 20 ns before each of the two calls: work
+ *             outside the driver that touches no shared line
+ *   mutex     each of the two calls under one process-wide pthread mutex
+ *   ttas      each of the two calls under one process-wide spin lock (test
+ *             and test-and-set, pause, sched_yield after 256 tries): does
+ *             queueing the threads before the driver's lock beat the
+ *             driver's own handling of contention?
+ *   pools     each thread its own pool (is the contention the pool's?)
  *   get       cuCtxGetCurrent alone, ns a call
  *
  * Build on the GPU machine:
@@ -19,6 +27,7 @@
 #include "driver_probe.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #define PAIRS 2000
@@ -26,8 +35,8 @@
 #define SHARDS 64
 #define SIZE (1u << 20)
 
-enum { BARE, GET2, TABLE, BOTH, GET, VARIANTS };
-static const char *const names[VARIANTS] = {"bare", "get2", "table", "both", "get"};
+enum { BARE, GET2, TABLE, BOTH, SPIN, MUTEX, TTAS, POOLS, GET, VARIANTS };
+static const char *const names[VARIANTS] = {"bare", "get2", "table", "both", "spin", "mutex", "ttas", "pools", "get"};
 
 typedef struct {
     atomic_int lock;
@@ -38,8 +47,11 @@ typedef struct {
 
 static entry_t shards[SHARDS];
 static CUcontext ctx;
-static CUmemoryPool pool;
+static CUmemoryPool pool, thread_pools[64];
 static pthread_barrier_t start;
+static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int spin_lock;
+static volatile unsigned sink;
 static int variant;
 
 static entry_t *shard_of(CUdeviceptr p)
@@ -60,6 +72,31 @@ static void record(CUdeviceptr p, size_t size, int owner)
     atomic_store_explicit(&e->lock, 0, memory_order_release);
 }
 
+static void lock(int v)
+{
+    if (v == MUTEX) pthread_mutex_lock(&mutex);
+    if (v != TTAS) return;
+    for (int tries = 0;; tries++) {
+        if (!atomic_load_explicit(&spin_lock, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&spin_lock, 1, memory_order_acquire))
+            return;
+        if (tries > 256) sched_yield();
+        else __builtin_ia32_pause();
+    }
+}
+
+static void unlock(int v)
+{
+    if (v == MUTEX) pthread_mutex_unlock(&mutex);
+    if (v == TTAS) atomic_store_explicit(&spin_lock, 0, memory_order_release);
+}
+
+/* About 20 ns on a 2-3 GHz core. */
+static void spin(void)
+{
+    for (unsigned i = 0; i < 40; i++) sink = i;
+}
+
 static void *worker(void *arg)
 {
     int id = (int)(intptr_t)arg;
@@ -67,6 +104,7 @@ static void *worker(void *arg)
     pthread_barrier_wait(&start);
     double t0 = now_ns();
     int get = variant == GET2 || variant == BOTH, table = variant == TABLE || variant == BOTH;
+    CUmemoryPool mine = variant == POOLS ? thread_pools[id] : pool;
     for (int i = 0; i < PAIRS; i++) {
         CUcontext c;
         if (variant == GET) {
@@ -75,11 +113,17 @@ static void *worker(void *arg)
         }
         CUdeviceptr p;
         if (get) CK(cuCtxGetCurrent(&c));
-        CK(cuMemAllocFromPoolAsync(&p, SIZE, pool, CU_STREAM_LEGACY));
+        if (variant == SPIN) spin();
+        lock(variant);
+        CK(cuMemAllocFromPoolAsync(&p, SIZE, mine, CU_STREAM_LEGACY));
+        unlock(variant);
         if (table) record(p, SIZE, id);
         if (get) CK(cuCtxGetCurrent(&c));
         if (table) record(p, 0, -1);
+        if (variant == SPIN) spin();
+        lock(variant);
         CK(cuMemFreeAsync(p, CU_STREAM_LEGACY));
+        unlock(variant);
     }
     double *ns = malloc(sizeof *ns);
     *ns = (now_ns() - t0) / PAIRS;
@@ -110,20 +154,22 @@ int main(void)
     CUdevice dev;
     ctx = probe_context(&dev);
     pool = probe_pool(dev);
-    static const int counts[] = {1, 4, 16};
+    for (int i = 0; i < 64; i++) thread_pools[i] = probe_pool(dev);
+    static const int counts[] = {1, 2, 4, 8, 16};
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
         int threads = counts[k];
         double ns[VARIANTS][ROUNDS], ratio[VARIANTS][ROUNDS];
         run(threads, BARE); /* warm-up: the pool holds a block per thread */
+        run(threads, POOLS);
         for (int r = 0; r < ROUNDS; r++)
             for (int v = 0; v < VARIANTS; v++) ns[v][r] = run(threads, v);
         for (int r = 0; r < ROUNDS; r++)
             for (int v = 0; v < VARIANTS; v++) ratio[v][r] = ns[v][r] / ns[BARE][r];
-        printf("%2d threads:", threads);
+        printf("%2d threads, us a pair (ratio to bare):", threads);
         for (int v = 0; v < VARIANTS; v++) {
             double m = median(ns[v], ROUNDS), q = median(ratio[v], ROUNDS);
             if (v == GET) printf("  %s %.0f ns a call", names[v], m);
-            else printf("  %s %.2f us (%.3f)", names[v], m / 1000, q);
+            else printf("  %s %.2f (%.3f)", names[v], m / 1000, q);
         }
         printf("\n");
     }

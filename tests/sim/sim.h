@@ -185,6 +185,7 @@ typedef struct {
     CUmemoryPool pool;
     void *host_block; /* what to free() for plain allocations */
     unsigned long long id;
+    int caller;       /* thread id of the pool call that made it (simcuda_alloc_caller) */
 } sim_alloc;
 
 /* ---- global state --------------------------------------------------------- */
@@ -207,6 +208,8 @@ typedef struct {
     bool memset_bug;
     bool no_pools;
     bool no_ctx_record_event; /* cuCtxRecordEvent fails (CUDA_ERROR_NOT_SUPPORTED) */
+    unsigned pool_call_us;    /* pool allocations and frees hold the lock this long */
+    void (*pool_call_hook)(void); /* called after each, unlocked (simcuda_set_pool_call_hook) */
     unsigned long long next_id;
     sim_vec pools;
     sim_vec captures; /* streams with a capture sequence in progress */

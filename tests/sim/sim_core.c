@@ -193,6 +193,7 @@ static void read_environment(void)
     sim.memset_bug = env_size("SIMCUDA_MEMSET_BUG", 0) != 0;
     sim.no_pools = env_size("SIMCUDA_NO_POOLS", 0) != 0;
     sim.no_ctx_record_event = env_size("SIMCUDA_NO_CTX_RECORD_EVENT", 0) != 0;
+    sim.pool_call_us = (unsigned)env_size("SIMCUDA_POOL_CALL_US", 0);
 }
 
 SIM_API CUresult CUDAAPI cuInit(unsigned int flags)

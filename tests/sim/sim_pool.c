@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -362,7 +363,31 @@ static CUresult ordered_stream(CUstream h, bool ptds, CUstream *out)
     return CUDA_SUCCESS;
 }
 
-static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h, bool ptds)
+/* ---- stream-ordered allocation ---------------------------------------------
+ * SIMCUDA_POOL_CALL_US=N makes each allocation and free hold the simulator's
+ * lock N microseconds, as a driver serving them under a lock of its own does
+ * (threads calling at once then queue on it).  Each allocation remembers the
+ * thread that made the call, and a test may hook a function to run after
+ * each call, on the calling thread and outside the lock, as a CUDA tool's
+ * callback runs inside the driver's call. */
+
+/* Asleep, not spinning: on a machine with fewer cores than threads the
+ * other threads must get to run and find the lock taken. */
+static void pool_call_time(void)
+{
+    if (!sim.pool_call_us) return;
+    struct timespec t = {sim.pool_call_us / 1000000, (long)(sim.pool_call_us % 1000000) * 1000};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+
+static void pool_call_hook(void)
+{
+    void (*hook)(void) = __atomic_load_n(&sim.pool_call_hook, __ATOMIC_ACQUIRE);
+    if (hook) hook();
+}
+
+static CUresult alloc_async_locked(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h, bool ptds)
 {
     SIM_BEGIN;
     CUstream s;
@@ -372,7 +397,29 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
     SIM_CHECK(ordered_stream(h, ptds, &s));
     if (!pool) pool = current_pool(s->ctx->device);
     if (!pool) return CUDA_ERROR_OUT_OF_MEMORY;
-    return sim_pool_alloc(pool, size, s->ctx, dptr);
+    CUresult r = sim_pool_alloc(pool, size, s->ctx, dptr);
+    if (r == CUDA_SUCCESS) sim_alloc_find((uintptr_t)*dptr)->caller = (int)gettid();
+    pool_call_time();
+    return r;
+}
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h, bool ptds)
+{
+    CUresult r = alloc_async_locked(dptr, size, pool, h, ptds);
+    pool_call_hook();
+    return r;
+}
+
+SIM_API int simcuda_alloc_caller(CUdeviceptr ptr)
+{
+    SIM_LOCKED;
+    sim_alloc *a = sim_alloc_find((uintptr_t)ptr);
+    return a && a->kind == SIM_ALLOC_POOL ? a->caller : 0;
+}
+
+SIM_API void simcuda_set_pool_call_hook(void (*hook)(void))
+{
+    __atomic_store_n(&sim.pool_call_hook, hook, __ATOMIC_RELEASE);
 }
 
 SIM_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { return alloc_async(p, n, NULL, s, false); }
@@ -388,7 +435,7 @@ SIM_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, 
     return pool ? alloc_async(p, n, pool, s, true) : CUDA_ERROR_INVALID_VALUE;
 }
 
-static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
+static CUresult free_async_locked(CUdeviceptr dptr, CUstream h, bool ptds)
 {
     SIM_BEGIN;
     CUstream s;
@@ -397,7 +444,15 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
     sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
     if (!a || a->base != (uintptr_t)dptr || a->kind != SIM_ALLOC_POOL) return CUDA_ERROR_INVALID_VALUE;
     sim_pool_release_block(a);
+    pool_call_time();
     return CUDA_SUCCESS;
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
+{
+    CUresult r = free_async_locked(dptr, h, ptds);
+    pool_call_hook();
+    return r;
 }
 
 SIM_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async(p, s, false); }

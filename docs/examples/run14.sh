@@ -1,0 +1,83 @@
+#!/bin/bash
+# The fourteenth session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run14.sh a|b
+# a: threads-pair-probe.c (what cupool's pieces, work outside the driver, a
+#    lock of the program's own in front of the driver's, and a pool per
+#    thread do to the bare ordered pair at 1-16 threads); alloc_bench of
+#    cupool ordered and auto against its bare calls at 1 MiB and 1 GiB,
+#    1/4/16 threads, 3 rounds, built plainly and with
+#    -DCUPOOL_EXPERIMENT_QUEUE (a spin lock around the fast path's pool
+#    calls); make check on the real driver of test_ready, test_capture and
+#    test_modes, and test_ready and test_capture under compute-sanitizer
+#    (the library's changes after 3750852, never run on a GPU)
+# b: the driver queue (src/queue.c): alloc_bench of cupool ordered and auto
+#    with CUPOOL_DRIVER_QUEUE=on and off against the bare calls, 256 B,
+#    1 MiB and 1 GiB, 1-16 threads, 3 rounds; make check on the real driver
+#    of test_queue and the tests of threads and modes; test_queue,
+#    test_stress and test_modes under compute-sanitizer with the queue on;
+#    PyTorch train and train-stream, 3 rounds, caching against cupool
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+build() { # DIR [CPPFLAGS]
+    ( mkdir -p $1 && cd $1 && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
+        CPPFLAGS="${2:-}" >/dev/null && make -j8 >/dev/null 2>&1 && make -j8 check TESTS= >/dev/null 2>&1 ) ||
+        echo "build $1 failed"
+}
+
+# cupool in FREE mode against its bare calls, one process per build and round.
+pairs() { # FREE BARE
+    for round in 1 2 3; do
+        for b in build-gpu build-q; do
+            CUPOOL_LIBRARY=$b/.libs/libcupool.so timeout 120 $b/scripts/cupool --free $1 -- \
+                build-gpu/bench/alloc_bench -m api -p $2 -s 1M,1G -t 1,4,16 -r 3 -T 0.25 \
+                -l $b-$1 -o $OUT/r/pairs-$b-$1-$round.csv >/dev/null 2>>$OUT/r/pairs.err
+        done
+    done
+}
+
+case ${1:-} in
+a)
+    cc -O2 -I/usr/local/cuda/include -o $OUT/r/tp docs/examples/threads-pair-probe.c -L/usr/local/cuda/lib64/stubs -lcuda -lpthread
+    timeout 90 $OUT/r/tp >$OUT/r/threads-pair-probe.txt 2>&1; echo "probe rc $?"; cat $OUT/r/threads-pair-probe.txt
+    rm -f $OUT/r/tp
+    build build-gpu & build build-q -DCUPOOL_EXPERIMENT_QUEUE & wait
+    pairs ordered bare-ordered
+    pairs auto bare-ordered
+    cat $OUT/r/pairs-*.csv | sort -u | cut -d, -f1-12 | head -80
+    ( cd build-gpu && timeout 150 make -j3 -k check CUPOOL_TEST_DRIVER=real \
+        TESTS="tests/test_ready tests/test_capture tests/test_modes" ) >$OUT/r/check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_ready test_capture" \
+        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=120 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    ;;
+b)
+    build build-gpu
+    # The queue on and off, ordered and auto, against the bare calls: one
+    # process per setting and round, rounds interleaved.
+    for round in 1 2 3; do
+        for free in ordered auto; do
+            for q in on off; do
+                CUPOOL_DRIVER_QUEUE=$q timeout 150 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --free $free -- \
+                    build-gpu/bench/alloc_bench -m api -p bare-ordered -s 256,1M,1G -t 1,2,4,8,16 -r 3 -T 0.2 \
+                    -l q$q-$free -o $OUT/r/queue-$q-$free-$round.csv >/dev/null 2>>$OUT/r/queue.err
+            done
+        done
+    done
+    echo "alloc done"
+    ( cd build-gpu && timeout 200 make -j4 -k check CUPOOL_TEST_DRIVER=real \
+        TESTS="tests/test_queue tests/test_stress tests/test_modes tests/test_kernel_race tests/test_ready tests/test_capture tests/test_pools" ) >$OUT/r/check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    cp build-gpu/tests/test_queue.log build-gpu/tests/test_stress.log $OUT/r/ 2>/dev/null
+    CUPOOL_DRIVER_QUEUE=on GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_queue test_stress test_modes" \
+        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=200 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    timeout 150 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/torch --workloads train,train-stream --rounds 3 --timeout 60 \
+        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
+    echo "torch rc $?"; grep -A4 "^config\|^workload\|ratio" $OUT/r/torch.txt | head -40
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b" >&2; exit 2 ;;
+esac
+tar -C $OUT -czf $OUT/r.tgz r

@@ -1,0 +1,170 @@
+/*
+ * The driver queue (src/queue.c): threads allocating and freeing at once in
+ * `ordered` have their pool calls made by the thread in front of the queue.
+ *   threads   8 threads allocate, fill, check and free blocks of their own
+ *             size; each gets its own block back, whole, whichever thread
+ *             made the call; the pools end with nothing in use.  On the
+ *             simulator, whose pool calls hold its lock 20 us each
+ *             (SIMCUDA_POOL_CALL_US), some allocations must have been made
+ *             by another thread than the one that asked (simcuda_alloc_caller)
+ *   auto      the same in `auto`, which is `ordered` here
+ *   tool      with a CUDA tool attached the queue is off: every call is the
+ *             asking thread's own, and CUPOOL_VERBOSE says why
+ *   off       the same with CUPOOL_DRIVER_QUEUE=off
+ *   tool-on   CUPOOL_DRIVER_QUEUE=on keeps the queue under a tool
+ *   callback  a function run inside each pool call (as a tool's callback
+ *             runs inside the driver's) allocates and frees: it must not wait
+ *             for the thread it runs on, which is in front of the queue
+ *             (simulator only: the hook is the simulator's)
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define THREADS 8
+
+static CUcontext ctx;
+static int pairs;
+static int (*alloc_caller)(CUdeviceptr);        /* the simulator's, or NULL */
+static void (*set_hook)(void (*)(void));        /* the simulator's, or NULL */
+static long served_by_others, nested;
+
+static void *worker(void *arg)
+{
+    int id = (int)(uintptr_t)arg;
+    size_t size = (size_t)(id + 1) * 4096 + (size_t)id; /* a size of its own, not a multiple of 4 */
+    CHECK_CU(cuCtxSetCurrent(ctx));
+    long others = 0;
+    for (int i = 0; i < pairs; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, size));
+        if (alloc_caller && alloc_caller(p) != (int)gettid()) others++;
+        uint32_t pattern = ((uint32_t)id << 24) | (uint32_t)i;
+        tl_fill(p, size, pattern);
+        if (tl_spot_check(p, size, pattern) != 0)
+            CHECK_FAIL("thread %d: block %d of %zu bytes at 0x%llx does not hold its pattern", id, i, size,
+                       (unsigned long long)p);
+        CHECK_EQ(tl_pool_of(p) != NULL, 1);
+        CHECK_CU(cuMemFree(p));
+    }
+    __atomic_add_fetch(&served_by_others, others, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void run_threads(void)
+{
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) CHECK_EQ(pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)i), 0);
+    for (int i = 0; i < THREADS; i++) CHECK_EQ(pthread_join(t[i], NULL), 0);
+    CHECK_CU(cuCtxSynchronize());
+    cupool_stats_t s = tl_stats(0);
+    printf("%llu pooled allocations, %llu pooled frees, %llu in use; made by another thread: %ld\n",
+           (unsigned long long)s.pooled_allocs, (unsigned long long)s.pooled_frees, (unsigned long long)s.in_use,
+           served_by_others);
+    CHECK_EQ(s.in_use, 0);
+    CHECK_EQ(s.pooled_allocs, (unsigned long long)THREADS * pairs + (unsigned long long)nested);
+    CHECK_EQ(s.pooled_frees, s.pooled_allocs);
+}
+
+static int threads(void)
+{
+    run_threads();
+    if (alloc_caller) CHECK_TRUE(served_by_others > 0);
+    return 0;
+}
+
+static int tool(void)
+{
+    run_threads();
+    if (alloc_caller) CHECK_EQ(served_by_others, 0);
+    return 0;
+}
+
+/* Inside a pool call: an allocation and a free of its own, not nested
+ * further (they run the hook too). */
+static __thread int in_hook;
+static void hook(void)
+{
+    if (in_hook) return;
+    in_hook = 1;
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 256));
+    CHECK_CU(cuMemFree(p));
+    __atomic_add_fetch(&nested, 1, __ATOMIC_RELAXED);
+    in_hook = 0;
+}
+
+static int callback(void)
+{
+    set_hook(hook);
+    run_threads();
+    set_hook(NULL);
+    printf("allocations made inside a pool call: %ld\n", nested);
+    CHECK_EQ(nested, 2L * THREADS * pairs); /* one in each allocation's call, one in each free's */
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int (*run)(void);
+    const char *env[6];
+    int sim_only;
+    const char *says; /* on stderr, if not NULL */
+} cases[] = {
+    {"threads", threads, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", NULL}, 0,
+     "driver queue: on"},
+    {"auto", threads, {"CUPOOL_FREE=auto", "SIMCUDA_POOL_CALL_US=20", NULL}, 0},
+    /* The real driver would look for the tool's library. */
+    {"tool", tool,
+     {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so", NULL},
+     1, "driver queue: off (a CUDA tool is attached)"},
+    {"off", tool, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUPOOL_DRIVER_QUEUE=off", NULL},
+     0, "driver queue: off (CUPOOL_DRIVER_QUEUE=off)"},
+    {"tool-on", threads,
+     {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so",
+      "CUPOOL_DRIVER_QUEUE=on"},
+     1, "driver queue: on"},
+    {"callback", callback, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", NULL}, 1},
+};
+
+int main(int argc, char **argv)
+{
+    if (argc > 2 && strcmp(argv[1], "--case") == 0) {
+        /* cupool's dlsym passes names that are not the driver's through. */
+        alloc_caller = (int (*)(CUdeviceptr))dlsym(RTLD_DEFAULT, "simcuda_alloc_caller");
+        set_hook = (void (*)(void (*)(void)))dlsym(RTLD_DEFAULT, "simcuda_set_pool_call_hook");
+        pairs = check_real_driver() ? 2000 : 200;
+        ctx = tl_init(0);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (strcmp(argv[2], cases[i].name) == 0) return cases[i].run();
+        CHECK_FAIL("no case %s", argv[2]);
+    }
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].sim_only && check_real_driver()) {
+            printf("%s: skipped on the real driver\n", cases[i].name);
+            continue;
+        }
+        const char *queue = getenv("CUPOOL_DRIVER_QUEUE");
+        if (cases[i].run == threads && tl_cuda_tool_attached() && !(queue && strcmp(queue, "on") == 0)) {
+            printf("%s: skipped (a CUDA tool is attached: the queue is off)\n", cases[i].name);
+            continue;
+        }
+        const char *args[] = {"--case", cases[i].name, NULL};
+        tl_child_t c;
+        tl_run_self(args, cases[i].env, 0, 60, &c);
+        printf("%s", c.out);
+        int ok = c.status == 0 && (!cases[i].says || tl_count_substr(c.err, cases[i].says) == 1);
+        if (!ok) tl_child_dump(cases[i].name, &c), failed++;
+        printf("%s: %s\n", cases[i].name, ok ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    return failed ? 1 : 0;
+}
