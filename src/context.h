@@ -63,6 +63,8 @@ typedef struct cupool_context {
     atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
     int sync_due;                            /* left ordered during a capture: synchronize after it */
     int ordinal;                             /* the device's */
+    atomic_int threads;                      /* threads that have used it, at least; counted only with
+                                                the driver queue on, which it turns on from 2 (queue.c) */
     deferred_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
     deferred_batch_t *head;                  /* batches waiting for their fences (c->lock) */
     deferred_block_t *held;                  /* frees made during a capture (c->lock) */
@@ -123,37 +125,26 @@ static inline int cupool_ordered_now(const cupool_context_t *c)
     return atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED && !cupool_capturing();
 }
 
-/* The context's `ordered` pool calls on its legacy stream, through its
- * driver queue: with the lock free, the thread makes its call at once and
- * then makes any that came meanwhile; otherwise it waits in the queue
- * (queue.c).  With the queue off (cupool_hot.queue), every thread calls the
- * driver itself. */
-CUresult cupool_queue_call_slow(cupool_queue_t *q, CUmemoryPool pool, CUdeviceptr *ptr, size_t size);
-void cupool_queue_leave_slow(cupool_queue_t *q);
-static inline CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
+/* The context's `ordered` pool calls on its legacy stream (pool NULL: a
+ * free), through its driver queue (queue.c): out of line, so that the path
+ * of one thread stays as short as it was without it. */
+CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size);
+/* With the queue off (cupool_hot.queue), or while one thread alone has
+ * used the context, a thread calls the driver itself: one thread needs no
+ * queue, nor its atomic operations (2% of a pair on the H200). */
+static inline int cupool_queue_wanted(const cupool_context_t *c)
 {
-    cupool_queue_t *q = &c->queue;
-    if (!cupool_hot.queue)
-        return pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
-                    : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
-    if (CUPOOL_UNLIKELY(!cupool_spin_trylock(&q->lock))) return cupool_queue_call_slow(q, pool, ptr, size);
-    cupool_thread.in_front = 1;
-    CUresult r = pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
-                      : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
-    cupool_thread.in_front = 0;
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&q->waiting, memory_order_relaxed)))
-        cupool_queue_leave_slow(q);
-    else
-        cupool_spin_unlock(&q->lock);
-    return r;
+    return atomic_load_explicit(&c->threads, memory_order_relaxed) > 1;
 }
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
-    return cupool_queue_call(c, pool, dptr, size);
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
+    return cupool_hot.alloc_from_pool(dptr, size, pool, CU_STREAM_LEGACY);
 }
 static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
 {
-    return cupool_queue_call(c, NULL, &ptr, 0);
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
+    return cupool_hot.free_async(ptr, CU_STREAM_LEGACY);
 }
 
 /* Pool serving a request of this size, or NULL when it must go native. */

@@ -82,6 +82,7 @@ static void find_real_dlsym(void)
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 cupool_hot_t cupool_hot;
 CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
+_Static_assert(sizeof(cupool_thread_t) == 64, "what a thread's calls read of its own fits one cache line");
 static void *self_base;
 
 static int is_ours(void *fn)

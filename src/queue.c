@@ -22,8 +22,9 @@
  * exactly the call the waiting thread would have made, on the same stream,
  * after everything the waiting thread did before it asked.
  *
- * A thread that finds the queue empty makes its own call at once; the cost
- * is one atomic exchange and one store a call (context.h).
+ * A thread that finds the queue empty makes its own call at once, for one
+ * atomic exchange and one store more; a context one thread alone has used
+ * skips the queue (context.h).
  */
 #include "context.h"
 
@@ -34,10 +35,10 @@
  * writes it. */
 static CUPOOL_THREAD_LOCAL cupool_request_t own_request __attribute__((aligned(64)));
 
-static void make_call(cupool_request_t *r)
+static CUresult call_now(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
-    r->result = r->pool ? cupool_hot.alloc_from_pool(&r->ptr, r->size, r->pool, CU_STREAM_LEGACY)
-                        : cupool_hot.free_async(r->ptr, CU_STREAM_LEGACY);
+    return pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
+                : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
 }
 
 /* Makes the calls waiting in the queue, whose lock the caller holds.  A few
@@ -46,6 +47,7 @@ static void make_call(cupool_request_t *r)
  * finds the lock free. */
 static void serve(cupool_queue_t *q)
 {
+    int was_in_front = cupool_thread.in_front;
     cupool_thread.in_front = 1;
     for (int round = 0; round < 4; round++) {
         cupool_request_t *r = atomic_exchange_explicit(&q->waiting, NULL, memory_order_acquire);
@@ -54,34 +56,42 @@ static void serve(cupool_queue_t *q)
             /* Read before done is set: the thread may reuse its request
              * the moment it sees done. */
             cupool_request_t *next = r->next;
-            make_call(r);
+            r->result = call_now(r->pool, &r->ptr, r->size);
             atomic_store_explicit(&r->done, 1, memory_order_release);
             r = next;
         }
     }
-    cupool_thread.in_front = 0;
+    cupool_thread.in_front = was_in_front;
 }
 
-void cupool_queue_leave_slow(cupool_queue_t *q)
+/* The lock taken by the caller is free: its own call at once, then any
+ * that came meanwhile. */
+static CUresult call_in_front(cupool_queue_t *q, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
-    serve(q);
+    int was_in_front = cupool_thread.in_front; /* of another context's queue */
+    cupool_thread.in_front = 1;
+    CUresult r = call_now(pool, ptr, size);
+    if (atomic_load_explicit(&q->waiting, memory_order_relaxed)) serve(q);
+    cupool_thread.in_front = was_in_front;
     cupool_spin_unlock(&q->lock);
+    return r;
 }
 
-CUresult cupool_queue_call_slow(cupool_queue_t *q, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
+CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
+    cupool_queue_t *q = &c->queue;
+    if (cupool_spin_trylock(&q->lock)) return call_in_front(q, pool, ptr, size);
+    if (cupool_thread.in_front) {
+        /* Called back from inside a call this thread makes in front of a
+         * queue (a tool's callback may allocate): waiting would wait for
+         * the thread itself (and own_request may be in the queue this
+         * thread is serving). */
+        return call_now(pool, ptr, size);
+    }
     cupool_request_t *r = &own_request;
     r->pool = pool;
     r->ptr = *ptr;
     r->size = size;
-    if (cupool_thread.in_front) {
-        /* Called back from inside a call this thread makes in front of a
-         * queue (a tool's callback may allocate): waiting would wait for
-         * the thread itself. */
-        make_call(r);
-        *ptr = r->ptr;
-        return r->result;
-    }
     atomic_store_explicit(&r->done, 0, memory_order_relaxed);
     cupool_request_t *head = atomic_load_explicit(&q->waiting, memory_order_relaxed);
     do r->next = head;

@@ -106,7 +106,9 @@ static int callback(void)
     run_threads();
     set_hook(NULL);
     printf("allocations made inside a pool call: %ld\n", nested);
-    CHECK_EQ(nested, 2L * THREADS * pairs); /* one in each allocation's call, one in each free's */
+    /* One in each allocation's and free's call at least; more where the
+     * thread in front made a call that a hook made on another thread. */
+    CHECK_TRUE(nested >= 2L * THREADS * pairs);
     return 0;
 }
 
