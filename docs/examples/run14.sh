@@ -1,6 +1,6 @@
 #!/bin/bash
 # The fourteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run14.sh a|b
+#   OUT=DIR bash docs/examples/run14.sh a|b|c
 # a: threads-pair-probe.c (what cupool's pieces, work outside the driver, a
 #    lock of the program's own in front of the driver's, and a pool per
 #    thread do to the bare ordered pair at 1-16 threads); alloc_bench of
@@ -16,6 +16,12 @@
 #    of test_queue and the tests of threads and modes; test_queue,
 #    test_stress and test_modes under compute-sanitizer with the queue on;
 #    PyTorch train and train-stream, 3 rounds, caching against cupool
+# c: PyTorch train-stream, 3 rounds: the caching allocator, this build with
+#    the queue on and off, and the builds of 54c3316 (this session's start),
+#    3750852 (the thirteenth's full run: 1.247x, peak 1.198x) and 8f97f43
+#    (its call c: 1.003x), from tar files of theirs in .vendor; CUPOOL_STATS
+#    of this build and 8f97f43; alloc_bench of the queue from the second
+#    thread on, 1 and 16 threads
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -78,6 +84,47 @@ b)
         --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
     echo "torch rc $?"; grep -A4 "^config\|^workload\|ratio" $OUT/r/torch.txt | head -40
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b" >&2; exit 2 ;;
+c)
+    build build-gpu &
+    for sha in 8f97f43 3750852 54c3316; do
+        ( mkdir -p /tmp/old-$sha && tar -xf .vendor/old-$sha.tar -C /tmp/old-$sha && cd /tmp/old-$sha &&
+          autoreconf -fi >/dev/null 2>&1 && mkdir -p b && cd b &&
+          ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda >/dev/null && make -j4 >/dev/null 2>&1 ) ||
+            echo "build $sha failed" &
+    done
+    wait
+    # PyTorch train-stream: the caching allocator, this build (queue on and
+    # off) and three earlier ones, 3 rounds interleaved, one process each.
+    worker() { # NAME LIBRARY|- [ENV...]
+        local name=$1 lib=$2; shift 2
+        if [ "$lib" = - ]; then
+            env "$@" timeout 60 python3 bench/torch_bench.py --worker caching --workload train-stream
+        else
+            env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$@" timeout 60 build-gpu/scripts/cupool --library $lib \
+                python3 bench/torch_bench.py --worker nocache-cupool --workload train-stream
+        fi 2>>$OUT/r/torch.err | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print('%-14s %8.3f ms %7.0f MiB' % ('$name', d['ms_median'], d['peak_mib']))"
+    }
+    for round in 1 2 3; do
+        worker caching -
+        worker head build-gpu/.libs/libcupool.so
+        worker head-qoff build-gpu/.libs/libcupool.so CUPOOL_DRIVER_QUEUE=off
+        for sha in 54c3316 3750852 8f97f43; do worker $sha /tmp/old-$sha/b/.libs/libcupool.so; done
+    done | tee $OUT/r/torch-builds.txt
+    for lib in build-gpu/.libs/libcupool.so /tmp/old-8f97f43/b/.libs/libcupool.so; do
+        echo "== stats $lib"
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUPOOL_STATS=1 timeout 60 build-gpu/scripts/cupool --library $lib \
+            python3 bench/torch_bench.py --worker nocache-cupool --workload train-stream 2>&1 | grep -vE '^\{|Warning|detach|loss =' | head -30
+    done
+    # The queue only from the second thread: one thread must cost what it did.
+    for round in 1 2 3; do
+        for q in on off; do
+            CUPOOL_DRIVER_QUEUE=$q timeout 100 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --free ordered -- \
+                build-gpu/bench/alloc_bench -m api -p bare-ordered -s 256,1M,1G -t 1,16 -r 3 -T 0.2 \
+                -l q$q -o $OUT/r/gate-$q-$round.csv >/dev/null 2>>$OUT/r/gate.err
+        done
+    done
+    echo "alloc done"
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|c" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
