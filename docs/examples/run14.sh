@@ -1,6 +1,6 @@
 #!/bin/bash
 # The fourteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run14.sh a|b|c
+#   OUT=DIR bash docs/examples/run14.sh a|b|c|d
 # a: threads-pair-probe.c (what cupool's pieces, work outside the driver, a
 #    lock of the program's own in front of the driver's, and a pool per
 #    thread do to the bare ordered pair at 1-16 threads); alloc_bench of
@@ -19,9 +19,11 @@
 # c: PyTorch train-stream, 3 rounds: the caching allocator, this build with
 #    the queue on and off, and the builds of 54c3316 (this session's start),
 #    3750852 (the thirteenth's full run: 1.247x, peak 1.198x) and 8f97f43
-#    (its call c: 1.003x), from tar files of theirs in .vendor; CUPOOL_STATS
-#    of this build and 8f97f43; alloc_bench of the queue from the second
-#    thread on, 1 and 16 threads
+#    (its call c: 1.003x), from tar files of theirs in .vendor (autoreconf
+#    run here: the GPU machine has no libtoolize); CUPOOL_STATS
+#    of this build and 8f97f43 (its first run, with d in it, found no
+#    earlier build: their autoreconf failed on the GPU machine)
+# d: alloc_bench of the queue from the second thread on, 1 and 16 threads
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -88,7 +90,7 @@ c)
     build build-gpu &
     for sha in 8f97f43 3750852 54c3316; do
         ( mkdir -p /tmp/old-$sha && tar -xf .vendor/old-$sha.tar -C /tmp/old-$sha && cd /tmp/old-$sha &&
-          autoreconf -fi >/dev/null 2>&1 && mkdir -p b && cd b &&
+          mkdir -p b && cd b &&
           ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda >/dev/null && make -j4 >/dev/null 2>&1 ) ||
             echo "build $sha failed" &
     done
@@ -115,6 +117,9 @@ c)
         PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUPOOL_STATS=1 timeout 60 build-gpu/scripts/cupool --library $lib \
             python3 bench/torch_bench.py --worker nocache-cupool --workload train-stream 2>&1 | grep -vE '^\{|Warning|detach|loss =' | head -30
     done
+    ;;
+d)
+    build build-gpu
     # The queue only from the second thread: one thread must cost what it did.
     for round in 1 2 3; do
         for q in on off; do
@@ -125,6 +130,6 @@ c)
     done
     echo "alloc done"
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b|c" >&2; exit 2 ;;
+*) echo "usage: OUT=DIR bash $0 a|b|c|d" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
