@@ -1,6 +1,6 @@
 #!/bin/bash
 # The fourteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run14.sh a|b|c|d
+#   OUT=DIR bash docs/examples/run14.sh a|b|c|d|e
 # a: threads-pair-probe.c (what cupool's pieces, work outside the driver, a
 #    lock of the program's own in front of the driver's, and a pool per
 #    thread do to the bare ordered pair at 1-16 threads); alloc_bench of
@@ -24,6 +24,11 @@
 #    of this build and 8f97f43 (its first run, with d in it, found no
 #    earlier build: their autoreconf failed on the GPU machine)
 # d: alloc_bench of the queue from the second thread on, 1 and 16 threads
+# e: the final library: make check on the real driver of test_queue and
+#    the tests of threads, modes, readiness, capture, pools and fork;
+#    test_queue, test_stress and test_kernel_race under compute-sanitizer
+#    with the queue on; bench/alloc_bench.py (every size, 1/4/16 threads, 3
+#    rounds); PyTorch train and train-stream, 3 rounds
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -130,6 +135,25 @@ d)
     done
     echo "alloc done"
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b|c|d" >&2; exit 2 ;;
+e)
+    build build-gpu
+    ( cd build-gpu && timeout 150 make -j4 -k check CUPOOL_TEST_DRIVER=real \
+        TESTS="tests/test_queue tests/test_stress tests/test_modes tests/test_kernel_race tests/test_ready tests/test_capture tests/test_pools tests/test_fork" ) >$OUT/r/check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    cp build-gpu/tests/test_queue.log $OUT/r/ 2>/dev/null
+    CUPOOL_DRIVER_QUEUE=on GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_queue test_stress test_kernel_race" \
+        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=120 SANITIZER_JOBS=12 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    BENCH_DEADLINE=$(($(date +%s) + 200)) timeout 260 python3 bench/alloc_bench.py --bin build-gpu/bench/alloc_bench \
+        --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --out $OUT/r/bench --rounds 3 \
+        >$OUT/r/alloc.txt 2>&1
+    echo "alloc rc $?"; grep -E "target|met" $OUT/r/alloc.txt | head -20
+    timeout 120 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/bench --workloads train,train-stream --rounds 3 --timeout 40 \
+        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
+    echo "torch rc $?"; sed -n '/^torch train:/,$p' $OUT/r/torch.txt | head -30
+    rm -rf $OUT/r/bench/logs
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|c|d|e" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
