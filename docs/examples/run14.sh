@@ -6,8 +6,8 @@
 #    thread do to the bare ordered pair at 1-16 threads); alloc_bench of
 #    cupool ordered and auto against its bare calls at 1 MiB and 1 GiB,
 #    1/4/16 threads, 3 rounds, built plainly and with
-#    -DCUPOOL_EXPERIMENT_QUEUE (a spin lock around the fast path's pool
-#    calls); make check on the real driver of test_ready, test_capture and
+#    -DCUPOOL_EXPERIMENT_QUEUE (ran at 54c3316 with a patch, since removed,
+#    that put a spin lock around the fast path's pool calls under it); make check on the real driver of test_ready, test_capture and
 #    test_modes, and test_ready and test_capture under compute-sanitizer
 #    (the library's changes after 3750852, never run on a GPU)
 # b: the driver queue (src/queue.c): alloc_bench of cupool ordered and auto
