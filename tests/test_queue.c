@@ -112,13 +112,7 @@ static int callback(void)
     return 0;
 }
 
-static const struct {
-    const char *name;
-    int (*run)(void);
-    const char *env[6];
-    int sim_only;
-    const char *says; /* on stderr, if not NULL */
-} cases[] = {
+static const tl_case_t cases[] = {
     {"threads", threads, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", NULL}, 0,
      "driver queue: on"},
     {"auto", threads, {"CUPOOL_FREE=auto", "SIMCUDA_POOL_CALL_US=20", NULL}, 0},
@@ -135,38 +129,26 @@ static const struct {
     {"callback", callback, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", NULL}, 1},
 };
 
+/* Under a CUDA tool the queue is off unless the environment turns it on. */
+static const char *skip(const tl_case_t *k)
+{
+    const char *queue = getenv("CUPOOL_DRIVER_QUEUE");
+    if (k->run == threads && tl_cuda_tool_attached() && !(queue && strcmp(queue, "on") == 0))
+        return "a CUDA tool is attached: the queue is off";
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 2 && strcmp(argv[1], "--case") == 0) {
+    const tl_case_t *asked = tl_case_asked(cases, sizeof cases / sizeof cases[0], argc, argv);
+    if (asked) {
         /* cupool's dlsym passes names that are not the driver's through. */
         alloc_caller = (int (*)(CUdeviceptr))dlsym(RTLD_DEFAULT, "simcuda_alloc_caller");
         set_hook = (void (*)(void (*)(void)))dlsym(RTLD_DEFAULT, "simcuda_set_pool_call_hook");
         pairs = check_real_driver() ? 2000 : 200;
         ctx = tl_init(0);
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            if (strcmp(argv[2], cases[i].name) == 0) return cases[i].run();
-        CHECK_FAIL("no case %s", argv[2]);
+        return asked->run();
     }
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    int failed = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (cases[i].sim_only && check_real_driver()) {
-            printf("%s: skipped on the real driver\n", cases[i].name);
-            continue;
-        }
-        const char *queue = getenv("CUPOOL_DRIVER_QUEUE");
-        if (cases[i].run == threads && tl_cuda_tool_attached() && !(queue && strcmp(queue, "on") == 0)) {
-            printf("%s: skipped (a CUDA tool is attached: the queue is off)\n", cases[i].name);
-            continue;
-        }
-        const char *args[] = {"--case", cases[i].name, NULL};
-        tl_child_t c;
-        tl_run_self(args, cases[i].env, 0, 60, &c);
-        printf("%s", c.out);
-        int ok = c.status == 0 && (!cases[i].says || tl_count_substr(c.err, cases[i].says) == 1);
-        if (!ok) tl_child_dump(cases[i].name, &c), failed++;
-        printf("%s: %s\n", cases[i].name, ok ? "passed" : "FAILED");
-        tl_child_free(&c);
-    }
-    return failed ? 1 : 0;
+    return tl_run_cases(cases, sizeof cases / sizeof cases[0], skip) ? 1 : 0;
 }

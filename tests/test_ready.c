@@ -336,13 +336,7 @@ static int capture(void)
     return 0;
 }
 
-static const struct {
-    const char *name;
-    int (*run)(void);
-    const char *env[6];
-    int sim_only;
-    const char *says; /* on stderr, if not NULL */
-} cases[] = {
+static const tl_case_t cases[] = {
     {"reuse", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_STATS=1", NULL}, 0,
      "deferred allocations served by a ready block"},
     {"off", off, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=0", NULL}, 0},
@@ -374,30 +368,18 @@ static const struct {
     {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
 };
 
+/* Under a CUDA tool auto records an event on every stream. */
+static const char *skip(const tl_case_t *k)
+{
+    if (k->run == reuse && k->says && strstr(k->says, "context") && tl_cuda_tool_attached())
+        return "a CUDA tool is attached";
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
-    for (size_t i = 0; argc > 2 && strcmp(argv[1], "--case") == 0 && i < sizeof cases / sizeof cases[0]; i++)
-        if (strcmp(argv[2], cases[i].name) == 0) return cases[i].run();
+    const tl_case_t *asked = tl_case_asked(cases, sizeof cases / sizeof cases[0], argc, argv);
+    if (asked) return asked->run();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    int failed = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (cases[i].sim_only && check_real_driver()) {
-            printf("%s: skipped on the real driver\n", cases[i].name);
-            continue;
-        }
-        /* Under a CUDA tool auto records an event on every stream. */
-        if (cases[i].run == reuse && cases[i].says && strstr(cases[i].says, "context") && tl_cuda_tool_attached()) {
-            printf("%s: skipped (a CUDA tool is attached)\n", cases[i].name);
-            continue;
-        }
-        const char *args[] = {"--case", cases[i].name, NULL};
-        tl_child_t c;
-        tl_run_self(args, cases[i].env, 0, 60, &c);
-        printf("%s", c.out);
-        int ok = c.status == 0 && (!cases[i].says || tl_count_substr(c.err, cases[i].says) == 1);
-        if (!ok) tl_child_dump(cases[i].name, &c), failed++;
-        printf("%s: %s\n", cases[i].name, ok ? "passed" : "FAILED");
-        tl_child_free(&c);
-    }
-    return failed ? 1 : 0;
+    return tl_run_cases(cases, sizeof cases / sizeof cases[0], skip) ? 1 : 0;
 }

@@ -372,3 +372,35 @@ uint64_t tl_rand(uint64_t *state)
     *state = x;
     return x * 0x2545F4914F6CDD1DULL;
 }
+
+/* ---- cases, each in a child -------------------------------------------- */
+
+const tl_case_t *tl_case_asked(const tl_case_t *cases, size_t ncases, int argc, char **argv)
+{
+    if (argc < 3 || strcmp(argv[1], "--case") != 0) return NULL;
+    for (size_t i = 0; i < ncases; i++)
+        if (strcmp(argv[2], cases[i].name) == 0) return &cases[i];
+    CHECK_FAIL("no case %s", argv[2]);
+}
+
+int tl_run_cases(const tl_case_t *cases, size_t ncases, const char *(*skip)(const tl_case_t *))
+{
+    int failed = 0;
+    for (size_t i = 0; i < ncases; i++) {
+        const tl_case_t *k = &cases[i];
+        const char *why = k->sim_only && check_real_driver() ? "on the real driver" : skip ? skip(k) : NULL;
+        if (why) {
+            printf("%s: skipped (%s)\n", k->name, why);
+            continue;
+        }
+        const char *args[] = {"--case", k->name, NULL};
+        tl_child_t c;
+        tl_run_self(args, k->env, 0, 60, &c);
+        printf("%s", c.out);
+        int ok = c.status == 0 && (!k->says || tl_count_substr(c.err, k->says) == 1);
+        if (!ok) tl_child_dump(k->name, &c), failed++;
+        printf("%s: %s\n", k->name, ok ? "passed" : "FAILED");
+        tl_child_free(&c);
+    }
+    return failed;
+}

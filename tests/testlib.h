@@ -67,6 +67,26 @@ void tl_child_dump(const char *what, const tl_child_t *child);
 int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, int timeout_s,
                  int (*check)(const char *mode, const tl_child_t *child));
 
+/* A case of a test program that runs each case in a child of its own
+ * (options are read once per process): its name, what runs in the child,
+ * the child's environment (a list as for tl_run_self), whether it needs
+ * the simulator, and what the child must print once on stderr (NULL:
+ * nothing asked). */
+typedef struct tl_case {
+    const char *name;
+    int (*run)(void);
+    const char *env[8];
+    int sim_only;
+    const char *says;
+} tl_case_t;
+/* The case `--case NAME` asks for, or NULL (no such arguments). */
+const tl_case_t *tl_case_asked(const tl_case_t *cases, size_t ncases, int argc, char **argv);
+/* Runs every case in a child (killed after 60 s), but those needing the
+ * simulator on the real driver and those `skip` (may be NULL) gives a
+ * reason for; prints what each printed and "NAME: passed" or "FAILED".
+ * Returns the number that failed. */
+int tl_run_cases(const tl_case_t *cases, size_t ncases, const char *(*skip)(const tl_case_t *));
+
 /* The pool a device pointer belongs to (NULL for cuMemAlloc memory) and
  * the bytes that pool has in use. */
 CUmemoryPool tl_pool_of(CUdeviceptr ptr);
