@@ -29,6 +29,7 @@
 #include "context.h"
 
 #include <sched.h>
+#include <time.h>
 
 /* A thread's call waiting in a queue: its own, so that asking needs no
  * memory from anywhere; in its own cache line, as the thread in front
@@ -100,18 +101,23 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
     /* Wait to be served, or for the lock to come free: then this thread is
      * in front and serves the queue, its own call included.  Spinning, then
      * yielding the core: the wait is for other threads' driver calls, a
-     * microsecond or so each, and a thread that slept would come back to
-     * find the driver's data in another cache again. */
-    for (unsigned spins = 0; !atomic_load_explicit(&r->done, memory_order_acquire); spins++) {
+     * microsecond or so each.  Past a few thousand tries (a millisecond or
+     * more: a pool growing by gigabytes) it sleeps between looks, so that
+     * waiting threads do not burn their cores. */
+    for (unsigned tries = 0; !atomic_load_explicit(&r->done, memory_order_acquire); tries++) {
         if (!atomic_load_explicit(&q->lock, memory_order_relaxed) && cupool_spin_trylock(&q->lock)) {
             serve(q);
             cupool_spin_unlock(&q->lock);
             continue;
         }
-        if (spins < 256)
+        if (tries < 256) {
             __builtin_ia32_pause();
-        else
+        } else if (tries < 4096) {
             sched_yield();
+        } else {
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
     }
     *ptr = r->ptr;
     return r->result;
