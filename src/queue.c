@@ -8,14 +8,15 @@
  * three to four times what it costs one thread alone, because the driver's
  * data moves from core to core with its lock and waiting threads sleep and
  * wake in the kernel.  On the H200 the bare pair of 1 MiB costs 1.25 us on
- * one thread, and 15.6 us a thread with 4 threads, 65 us with 16: 3.4 to 3.9
+ * one thread, and 15.6 us a thread with 4 threads, 65 us with 16: 3.9 to 4.1
  * us of driver time a pair where one thread needs 1.25.  A pthread mutex in
- * front of the driver changes nothing (its waiters sleep too); a spin lock
- * in front cuts 16 threads to 16.6 us, but only because the thread that
- * just left wins it again and keeps the driver's data in its cache, which
- * starves the others (docs/examples/threads-pair-probe.c, run14).  Here one
+ * front of the driver changes nothing (its waiters sleep too).  A spin lock
+ * in front cuts 16 threads to 16.6 us in the probe, whose threads take it
+ * again straight after leaving it and so keep the driver's data in their
+ * cache; around cupool's calls, with cupool's own work between them, it
+ * gained 0-18% (docs/examples/threads-pair-probe.c, run14 a).  Here one
  * thread makes every waiting thread's call in a row, which keeps the data
- * in one cache and serves every thread.
+ * in one cache and serves every thread in turn.
  *
  * Correctness: the calls go to CU_STREAM_LEGACY of the context, which is one
  * stream for every thread of the context, so the thread in front makes
