@@ -15,8 +15,12 @@
 #   - the same warm, with OVERHEAD_THREADS threads at once (default 2; 1
 #     skips it): the null driver's pool hands the block one thread freed to
 #     the next, as on the GPU machine between the threads of alloc_bench;
-#     its control, what any work between two calls on the contended pool
-#     lock costs, is bench/overhead.c's --spin (see its opening comment)
+#     since the driver queue (src/queue.c) this line mostly measures the
+#     queue's hand-off between the threads, which on the null driver, whose
+#     calls cost nothing, saves nothing (README, "Threads"); without the
+#     queue (CUPOOL_DRIVER_QUEUE=off), its control, what any work between
+#     two calls on the contended pool lock costs, is bench/overhead.c's
+#     --spin (see its opening comment)
 #   - with valgrind installed: instructions, instruction-cache lines and
 #     data-cache lines a pair that cupool's own code costs in the evicted
 #     case (cachegrind; exact, unlike the times on a shared machine)
