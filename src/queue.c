@@ -103,8 +103,10 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
      * in front and serves the queue, its own call included.  Spinning, then
      * yielding the core: the wait is for other threads' driver calls, a
      * microsecond or so each.  Past a few thousand tries (a millisecond or
-     * more: a pool growing by gigabytes) it sleeps between looks, so that
-     * waiting threads do not burn their cores. */
+     * more: a pool growing by gigabytes) it sleeps between looks, 20 us
+     * at first and up to 320 us, so that waiting threads do not burn their
+     * cores. */
+    long nap_ns = 20000;
     for (unsigned tries = 0; !atomic_load_explicit(&r->done, memory_order_acquire); tries++) {
         if (!atomic_load_explicit(&q->lock, memory_order_relaxed) && cupool_spin_trylock(&q->lock)) {
             serve(q);
@@ -116,8 +118,9 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
         } else if (tries < 4096) {
             sched_yield();
         } else {
-            struct timespec nap = {0, 20000};
+            struct timespec nap = {0, nap_ns};
             nanosleep(&nap, NULL);
+            if (nap_ns < 320000) nap_ns *= 2;
         }
     }
     *ptr = r->ptr;

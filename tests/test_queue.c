@@ -12,6 +12,9 @@
  *             asking thread's own, and CUPOOL_VERBOSE says why
  *   off       the same with CUPOOL_DRIVER_QUEUE=off
  *   tool-on   CUPOOL_DRIVER_QUEUE=on keeps the queue under a tool
+ *   slow      pool calls of 3 ms (a pool growing by gigabytes): the
+ *             waiting threads go from spinning to sleeping and are still
+ *             served, each its own block
  *   callback  a function run inside each pool call (as a tool's callback
  *             runs inside the driver's) allocates and frees: it must not wait
  *             for the thread it runs on, which is in front of the queue
@@ -86,6 +89,12 @@ static int tool(void)
     return 0;
 }
 
+static int slow(void)
+{
+    pairs = 5; /* 8 threads x 5 pairs x 2 calls x 3 ms, one at a time */
+    return threads();
+}
+
 /* Inside every pool call: an allocation and a free of its own, unless the
  * thread is in the hook already (the calls it makes there run the hook
  * too, and so may calls of other threads that it makes in front of the
@@ -132,6 +141,7 @@ static const tl_case_t cases[] = {
      {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so",
       "CUPOOL_DRIVER_QUEUE=on"},
      1, "driver queue: on"},
+    {"slow", slow, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=3000", NULL}, 1},
     {"callback", callback, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", NULL}, 1},
 };
 
