@@ -276,6 +276,7 @@ typedef struct cupool_device_stats {
     atomic_ullong in_use, peak_in_use, peak_reserved; /* only while timing */
     atomic_ullong trims, oom_retries, rewritten_memsets;
     atomic_ullong ready_reuses; /* deferred allocations served by a ready block (deferred.c) */
+    atomic_ullong queued_calls; /* pool calls made for a waiting thread, only while timing (queue.c) */
 } cupool_device_stats_t;
 
 extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];

@@ -47,10 +47,12 @@ static CUresult call_now(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
  * rounds at most: the thread in front has its own program to run, and a
  * call still waiting after it left is made by its own thread, which then
  * finds the lock free. */
-static void serve(cupool_queue_t *q)
+static void serve(cupool_context_t *c)
 {
+    cupool_queue_t *q = &c->queue;
     int was_in_front = cupool_thread.in_front;
     cupool_thread.in_front = 1;
+    unsigned long long served = 0;
     for (int round = 0; round < 4; round++) {
         cupool_request_t *r = atomic_exchange_explicit(&q->waiting, NULL, memory_order_acquire);
         if (!r) break;
@@ -61,19 +63,23 @@ static void serve(cupool_queue_t *q)
             r->result = call_now(r->pool, &r->ptr, r->size);
             atomic_store_explicit(&r->done, 1, memory_order_release);
             r = next;
+            served++;
         }
     }
     cupool_thread.in_front = was_in_front;
+    if (cupool_hot.timing && served)
+        atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->queued_calls, served, memory_order_relaxed);
 }
 
 /* The lock taken by the caller is free: its own call at once, then any
  * that came meanwhile. */
-static CUresult call_in_front(cupool_queue_t *q, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
+static CUresult call_in_front(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
+    cupool_queue_t *q = &c->queue;
     int was_in_front = cupool_thread.in_front; /* of another context's queue */
     cupool_thread.in_front = 1;
     CUresult r = call_now(pool, ptr, size);
-    if (atomic_load_explicit(&q->waiting, memory_order_relaxed)) serve(q);
+    if (atomic_load_explicit(&q->waiting, memory_order_relaxed)) serve(c);
     cupool_thread.in_front = was_in_front;
     cupool_spin_unlock(&q->lock);
     return r;
@@ -82,7 +88,7 @@ static CUresult call_in_front(cupool_queue_t *q, CUmemoryPool pool, CUdeviceptr 
 CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
     cupool_queue_t *q = &c->queue;
-    if (cupool_spin_trylock(&q->lock)) return call_in_front(q, pool, ptr, size);
+    if (cupool_spin_trylock(&q->lock)) return call_in_front(c, pool, ptr, size);
     if (cupool_thread.in_front) {
         /* Called back from inside a call this thread makes in front of a
          * queue (a tool's callback may allocate): waiting would wait for
@@ -109,7 +115,7 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
     long nap_ns = 20000;
     for (unsigned tries = 0; !atomic_load_explicit(&r->done, memory_order_acquire); tries++) {
         if (!atomic_load_explicit(&q->lock, memory_order_relaxed) && cupool_spin_trylock(&q->lock)) {
-            serve(q);
+            serve(c);
             cupool_spin_unlock(&q->lock);
             continue;
         }

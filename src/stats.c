@@ -311,6 +311,9 @@ void cupool_stats_print(void)
                 LOAD(s->oom_retries), LOAD(s->rewritten_memsets));
         if (LOAD(s->ready_reuses))
             fprintf(out, "cupool:     deferred allocations served by a ready block %llu\n", LOAD(s->ready_reuses));
+        if (LOAD(s->queued_calls))
+            fprintf(out, "cupool:     pool calls made for waiting threads by the one in front of the driver queue %llu\n",
+                    LOAD(s->queued_calls));
         estimate += count[HOT_ESTIMATE_NS];
     }
     double spent = (double)hot_total(offsetof(hot_t, time_ns)) / 1e6;

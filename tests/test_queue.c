@@ -8,6 +8,8 @@
  *             (SIMCUDA_POOL_CALL_US), some allocations must have been made
  *             by another thread than the one that asked (simcuda_alloc_caller)
  *   auto      the same in `auto`, which is `ordered` here
+ *   stats     the same with CUPOOL_STATS: the summary counts the calls made
+ *             for waiting threads
  *   tool      with a CUDA tool attached the queue is off: every call is the
  *             asking thread's own, and CUPOOL_VERBOSE says why
  *   off       the same with CUPOOL_DRIVER_QUEUE=off
@@ -131,6 +133,10 @@ static const tl_case_t cases[] = {
     {"threads", threads, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", NULL}, 0,
      "driver queue: on"},
     {"auto", threads, {"CUPOOL_FREE=auto", "SIMCUDA_POOL_CALL_US=20", NULL}, 0},
+    /* The statistics count the calls the thread in front made for others
+     * (printed only when there were some). */
+    {"stats", threads, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_STATS=1", NULL}, 0,
+     "pool calls made for waiting threads by the one in front of the driver queue"},
     /* The real driver would look for the tool's library. */
     {"tool", tool,
      {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so", NULL},
