@@ -1,6 +1,6 @@
 #!/bin/bash
 # The fourteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run14.sh a|b|c|d|e|f
+#   OUT=DIR bash docs/examples/run14.sh a|b|c|d|e|f|g|h
 # a: threads-pair-probe.c (what cupool's pieces, work outside the driver, a
 #    lock of the program's own in front of the driver's, and a pool per
 #    thread do to the bare ordered pair at 1-16 threads); alloc_bench of
@@ -31,6 +31,12 @@
 #    rounds); PyTorch train and train-stream, 3 rounds (timed out: 12
 #    processes need more than the 120 s it had)
 # f: PyTorch train and train-stream, 2 rounds, with the time that was left
+# g (prepared, not run: no device time left): the commits after e on the
+#    real driver (test_queue's stats case, the waiters' naps) and
+#    test_queue and test_stress under compute-sanitizer with the queue on
+# h (prepared, not run): the full scripts/bench-gpu.sh, for a
+#    docs/BENCHMARKS.md with the queue (copy $OUT/r/bench to docs/results
+#    and regenerate with bench/make_report.py)
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -164,6 +170,21 @@ f)
     echo "torch rc $?"; sed -n '/^torch train:/,$p' $OUT/r/torch.txt | head -30
     rm -rf $OUT/r/bench/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b|c|d|e|f" >&2; exit 2 ;;
+g)
+    build build-gpu
+    ( cd build-gpu && timeout 150 make -j4 -k check CUPOOL_TEST_DRIVER=real \
+        TESTS="tests/test_queue tests/test_stress tests/test_modes tests/test_ready" ) >$OUT/r/check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    cp build-gpu/tests/test_queue.log $OUT/r/ 2>/dev/null
+    CUPOOL_DRIVER_QUEUE=on GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_queue test_stress" \
+        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=150 SANITIZER_JOBS=12 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    ;;
+h)
+    timeout 590 sh scripts/bench-gpu.sh $OUT/r/bench >$OUT/r/bench.txt 2>&1
+    echo "bench rc $?"; grep -E "met|not met" $OUT/r/bench.txt | tail -30
+    rm -rf $OUT/r/bench/logs
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|c|d|e|f|g|h" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
