@@ -107,8 +107,6 @@ typedef struct cupool_thread {
     int in_front;                         /* it is making calls in front of a driver queue (queue.c) */
     struct cupool_origin_entry *last_inserted, *last_retired; /* the origin table's hints (origin.c) */
     struct cupool_counters *counters;     /* its statistics counters (stats.c) */
-    struct cupool_context *counted;       /* the context that counts it among its threads ... */
-    unsigned counted_generation;          /* ... as of this cupool_hot.generation (context.c) */
 } __attribute__((aligned(64))) cupool_thread_t;
 extern CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
 

@@ -356,13 +356,11 @@ cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
 {
     cupool_context_t *c = cupool_context_of(ctx);
     if (c) order_thread_stream(c);
-    /* A thread switching contexts back and forth is counted again each
-     * time: too many threads only turn the driver queue on. */
-    if (c && cupool_hot.queue && (cupool_thread.counted != c || cupool_thread.counted_generation != generation)) {
-        cupool_thread.counted = c;
-        cupool_thread.counted_generation = generation;
-        atomic_fetch_add_explicit(&c->threads, 1, memory_order_relaxed);
-    }
+    /* A lookup is the thread's cache missing: its first call in this
+     * context, or its first since it used another or some context went
+     * away.  So a thread switching contexts back and forth is counted again
+     * each time: too many threads only turn the driver queue on. */
+    if (c && cupool_hot.queue) atomic_fetch_add_explicit(&c->threads, 1, memory_order_relaxed);
     cupool_stats_thread();
     cupool_thread.context_handle = ctx;
     cupool_thread.context = c;

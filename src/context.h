@@ -63,8 +63,8 @@ typedef struct cupool_context {
     atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
     int sync_due;                            /* left ordered during a capture: synchronize after it */
     int ordinal;                             /* the device's */
-    atomic_int threads;                      /* threads that have used it, at least; counted only with
-                                                the driver queue on, which it turns on from 2 (queue.c) */
+    atomic_int threads;                      /* threads that have used it, at least (counted at their cache
+                                                misses, with the driver queue on): from 2 the queue is used */
     deferred_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
     deferred_batch_t *head;                  /* batches waiting for their fences (c->lock) */
     deferred_block_t *held;                  /* frees made during a capture (c->lock) */
