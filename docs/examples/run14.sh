@@ -57,6 +57,31 @@ pairs() { # FREE BARE
     done
 }
 
+# make check on the real driver of some tests (their names, without tests/).
+real_check() { # SECONDS JOBS NAME...
+    local seconds=$1 jobs=$2; shift 2
+    ( cd build-gpu && timeout $seconds make -j$jobs -k check CUPOOL_TEST_DRIVER=real \
+        TESTS="$(printf 'tests/%s ' "$@")" ) >$OUT/r/check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+}
+
+# Those tests under compute-sanitizer in every free mode (scripts/gpu-tests.sh).
+sanitize() { # BUDGET JOBS NAME...
+    local budget=$1 jobs=$2; shift 2
+    GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="$*" UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=$budget \
+        SANITIZER_JOBS=$jobs sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+}
+
+# PyTorch train and train-stream, the caching allocator against cupool.
+torch() { # ROUNDS SECONDS
+    timeout $2 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+        --out $OUT/r/bench --workloads train,train-stream --rounds $1 --timeout 40 \
+        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
+    echo "torch rc $?"; sed -n '/^torch train:/,$p' $OUT/r/torch.txt | head -30
+    rm -rf $OUT/r/bench/logs
+}
+
 case ${1:-} in
 a)
     cc -O2 -I/usr/local/cuda/include -o $OUT/r/tp docs/examples/threads-pair-probe.c -L/usr/local/cuda/lib64/stubs -lcuda -lpthread
@@ -66,12 +91,8 @@ a)
     pairs ordered bare-ordered
     pairs auto bare-ordered
     cat $OUT/r/pairs-*.csv | sort -u | cut -d, -f1-12 | head -80
-    ( cd build-gpu && timeout 150 make -j3 -k check CUPOOL_TEST_DRIVER=real \
-        TESTS="tests/test_ready tests/test_capture tests/test_modes" ) >$OUT/r/check.txt 2>&1
-    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
-    GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_ready test_capture" \
-        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=120 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
-    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    real_check 150 3 test_ready test_capture test_modes
+    sanitize 120 8 test_ready test_capture
     ;;
 b)
     build build-gpu
@@ -87,13 +108,9 @@ b)
         done
     done
     echo "alloc done"
-    ( cd build-gpu && timeout 200 make -j4 -k check CUPOOL_TEST_DRIVER=real \
-        TESTS="tests/test_queue tests/test_stress tests/test_modes tests/test_kernel_race tests/test_ready tests/test_capture tests/test_pools" ) >$OUT/r/check.txt 2>&1
-    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    real_check 200 4 test_queue test_stress test_modes test_kernel_race test_ready test_capture test_pools
     cp build-gpu/tests/test_queue.log build-gpu/tests/test_stress.log $OUT/r/ 2>/dev/null
-    CUPOOL_DRIVER_QUEUE=on GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_queue test_stress test_modes" \
-        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=200 SANITIZER_JOBS=8 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
-    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    CUPOOL_DRIVER_QUEUE=on sanitize 200 8 test_queue test_stress test_modes
     timeout 150 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
         --out $OUT/r/torch --workloads train,train-stream --rounds 3 --timeout 60 \
         --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
@@ -145,40 +162,24 @@ d)
     ;;
 e)
     build build-gpu
-    ( cd build-gpu && timeout 150 make -j4 -k check CUPOOL_TEST_DRIVER=real \
-        TESTS="tests/test_queue tests/test_stress tests/test_modes tests/test_kernel_race tests/test_ready tests/test_capture tests/test_pools tests/test_fork" ) >$OUT/r/check.txt 2>&1
-    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    real_check 150 4 test_queue test_stress test_modes test_kernel_race test_ready test_capture test_pools test_fork
     cp build-gpu/tests/test_queue.log $OUT/r/ 2>/dev/null
-    CUPOOL_DRIVER_QUEUE=on GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_queue test_stress test_kernel_race" \
-        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=120 SANITIZER_JOBS=12 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
-    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    CUPOOL_DRIVER_QUEUE=on sanitize 120 12 test_queue test_stress test_kernel_race
     BENCH_DEADLINE=$(($(date +%s) + 200)) timeout 260 python3 bench/alloc_bench.py --bin build-gpu/bench/alloc_bench \
         --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --out $OUT/r/bench --rounds 3 \
         >$OUT/r/alloc.txt 2>&1
     echo "alloc rc $?"; grep -E "target|met" $OUT/r/alloc.txt | head -20
-    timeout 120 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
-        --out $OUT/r/bench --workloads train,train-stream --rounds 3 --timeout 40 \
-        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
-    echo "torch rc $?"; sed -n '/^torch train:/,$p' $OUT/r/torch.txt | head -30
-    rm -rf $OUT/r/bench/logs
+    torch 3 120
     ;;
 f)
     build build-gpu
-    timeout 170 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
-        --out $OUT/r/bench --workloads train,train-stream --rounds 2 --timeout 40 \
-        --configs caching,nocache-cupool >$OUT/r/torch.txt 2>&1
-    echo "torch rc $?"; sed -n '/^torch train:/,$p' $OUT/r/torch.txt | head -30
-    rm -rf $OUT/r/bench/logs
+    torch 2 170
     ;;
 g)
     build build-gpu
-    ( cd build-gpu && timeout 150 make -j4 -k check CUPOOL_TEST_DRIVER=real \
-        TESTS="tests/test_queue tests/test_stress tests/test_modes tests/test_ready" ) >$OUT/r/check.txt 2>&1
-    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
+    real_check 150 4 test_queue test_stress test_modes test_ready
     cp build-gpu/tests/test_queue.log $OUT/r/ 2>/dev/null
-    CUPOOL_DRIVER_QUEUE=on GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="test_queue test_stress" \
-        UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=150 SANITIZER_JOBS=12 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
-    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    CUPOOL_DRIVER_QUEUE=on sanitize 150 12 test_queue test_stress
     ;;
 h)
     timeout 590 sh scripts/bench-gpu.sh $OUT/r/bench >$OUT/r/bench.txt 2>&1
