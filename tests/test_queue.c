@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define THREADS 8
@@ -155,7 +156,7 @@ static const tl_case_t cases[] = {
 static const char *skip(const tl_case_t *k)
 {
     const char *queue = getenv("CUPOOL_DRIVER_QUEUE");
-    if (k->run == threads && tl_cuda_tool_attached() && !(queue && strcmp(queue, "on") == 0))
+    if (k->run == threads && tl_cuda_tool_attached() && !(queue && strcasecmp(queue, "on") == 0))
         return "a CUDA tool is attached: the queue is off";
     return NULL;
 }
