@@ -104,9 +104,15 @@ typedef struct cupool_thread {
     struct cupool_context *context;       /* its current context's state, cached (context.c) ... */
     CUcontext context_handle;             /* ... for this context */
     unsigned context_generation;          /* ... as of this cupool_hot.generation */
-    int in_front;                         /* it is making calls in front of a driver queue (queue.c) */
+    short in_front;                       /* it is making calls in front of a driver queue (queue.c) */
+    _Atomic short fast_device;            /* the device the fast paths' counts below are of (stats.c) */
     struct cupool_origin_entry *last_inserted, *last_retired; /* the origin table's hints (origin.c) */
-    struct cupool_counters *counters;     /* its statistics counters (stats.c) */
+    /* What the fast paths (memory.c) served in the cached context, on
+     * fast_device: counted here, in the line they read anyway, and moved
+     * into the thread's statistics set when the cache is refilled.  Only
+     * this thread writes them; cupool_get_stats reads them from others. */
+    atomic_ullong fast_allocs, fast_frees;
+    atomic_ullong fast_bytes;             /* allocated less freed, modulo 2^64 */
 } __attribute__((aligned(64))) cupool_thread_t;
 extern CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
 
@@ -282,13 +288,32 @@ extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
 void cupool_stats_call(int sym, uint64_t served_ns);
 cupool_device_stats_t *cupool_stats_for(int device);
 void cupool_stats_alloc(int device, int route, size_t size);
-/* A pooled cuMemAlloc (is_free 0) or cuMemFree (1) served by a fast path
- * (memory.c; never while CUPOOL_STATS or CUPOOL_LOG is on).  The fast
- * paths run in a thread that has found its context, and so has called
- * cupool_stats_thread(), which gives it its counters: they count without
- * asking whether the thread has any. */
-void cupool_stats_fast(int device, int is_free, size_t size);
-void cupool_stats_thread(void);
+/* A pooled cuMemAlloc or cuMemFree served by a fast path (memory.c; never
+ * while CUPOOL_STATS or CUPOOL_LOG is on), in the thread's cached context.
+ * The fast paths run only where the thread's context cache holds, which
+ * cupool_stats_thread() allowed: their counts are then read with the
+ * thread's own (a plain load and store: only this thread writes them). */
+static inline void cupool_count_add(atomic_ullong *counter, unsigned long long n)
+{
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n, memory_order_relaxed);
+}
+static inline void cupool_stats_fast_alloc(size_t size)
+{
+    cupool_count_add(&cupool_thread.fast_allocs, 1);
+    cupool_count_add(&cupool_thread.fast_bytes, size);
+}
+static inline void cupool_stats_fast_free(size_t size)
+{
+    cupool_count_add(&cupool_thread.fast_frees, 1);
+    cupool_count_add(&cupool_thread.fast_bytes, -(unsigned long long)size);
+}
+/* The thread is about to cache a context of `device` (-1: none cupool
+ * pools in): gives the thread its statistics set if it has none, and moves
+ * the fast paths' counts of another device there.
+ * Returns 0 for a thread that is exiting (its set is gone): it must not
+ * cache, so that its late calls take the general paths, which count in the
+ * set of exited threads. */
+int cupool_stats_thread(int device);
 void cupool_stats_free(int device, int route, size_t size);
 void cupool_stats_reserved(int device, uint64_t reserved);
 void cupool_stats_print(void);

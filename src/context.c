@@ -361,10 +361,11 @@ cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
      * away.  So a thread switching contexts back and forth is counted again
      * each time: too many threads only turn the driver queue on. */
     if (c && cupool_hot.queue) atomic_fetch_add_explicit(&c->threads, 1, memory_order_relaxed);
-    cupool_stats_thread();
-    cupool_thread.context_handle = ctx;
-    cupool_thread.context = c;
-    cupool_thread.context_generation = generation;
+    if (cupool_stats_thread(c ? c->ordinal : -1)) {
+        cupool_thread.context_handle = ctx;
+        cupool_thread.context = c;
+        cupool_thread.context_generation = generation;
+    }
     return c;
 }
 

@@ -106,6 +106,19 @@ static inline cupool_context_t *cupool_current_context(void)
         return cupool_thread.context;
     return cupool_context_lookup(ctx, generation);
 }
+/* The same for the fast paths (memory.c), from the thread's cache alone:
+ * NULL when it misses, and the general path then looks the context up.
+ * What they serve is counted in the thread's line (cupool_stats_fast_*),
+ * for the device of the context cached. */
+static inline cupool_context_t *cupool_cached_context(void)
+{
+    CUcontext ctx = NULL;
+    if (cupool_hot.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
+    unsigned generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
+    if (CUPOOL_LIKELY(cupool_thread.context_handle == ctx && cupool_thread.context_generation == generation))
+        return cupool_thread.context;
+    return NULL;
+}
 /* The state of a given context, created on first use (must be current). */
 cupool_context_t *cupool_context_of(CUcontext ctx);
 

@@ -73,10 +73,11 @@ static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size
  * settings needs: one pool for every size, the context `ordered`, no capture
  * in progress, no log, statistics or limit (cupool_hot.fast).  It is served
  * here with the pool call alone and the origin table, reading the hot line,
- * the thread's context cache, the context's first line, the block's shard
- * and entry and the thread's counters: the general path below reads about
- * twice as many cache lines, which the driver's own calls evict between two
- * of cupool's.  Anything else (other modes, a failed pool call) returns 0
+ * the thread's line (its context cache, where it also counts what it
+ * serves), the context's first line and the block's shard and entry: the
+ * general path below reads about twice as many cache lines, which the
+ * driver's own calls evict between two of cupool's.  Anything else (other
+ * modes, a failed pool call, a thread whose context cache misses) returns 0
  * before it changed anything, and the general path decides from the start. */
 
 /* Serves cuMemAlloc from the pool in stream order on the legacy stream, as
@@ -84,7 +85,7 @@ static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size
 static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
 {
     if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr || !size) return 0;
-    cupool_context_t *c = cupool_current_context();
+    cupool_context_t *c = cupool_cached_context();
     if (!c || !c->any_size_pool || !cupool_ordered_now(c) || cupool_reclaim_due(c)) return 0;
     if (cupool_ordered_alloc(c, c->any_size_pool, dptr, size) != CUDA_SUCCESS) return 0;
     cupool_origin_t origin = {
@@ -93,7 +94,7 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
         cupool_ordered_free(c, *dptr);
         return 0;
     }
-    cupool_stats_fast(c->ordinal, 0, size);
+    cupool_stats_fast_alloc(size);
     return 1;
 }
 
@@ -111,12 +112,12 @@ static CUPOOL_HOT_PATH int frees_now(const cupool_origin_t *o, const void *curre
 static inline int free_fast(CUdeviceptr dptr, CUresult *result)
 {
     if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr) return 0;
-    cupool_context_t *c = cupool_current_context();
+    cupool_context_t *c = cupool_cached_context();
     cupool_origin_t o;
     if (!c || cupool_origin_take(dptr, &o, frees_now, c) != 0) return 0;
     CUresult r = cupool_ordered_free(c, dptr);
     if (CUPOOL_LIKELY(r == CUDA_SUCCESS)) {
-        cupool_stats_fast(c->ordinal, 1, o.size);
+        cupool_stats_fast_free(o.size);
     } else {
         r = cupool_free_failed(&o, r);
         cupool_stats_count(CUPOOL_SYM_cuMemFree_v2);

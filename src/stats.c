@@ -57,6 +57,7 @@ typedef struct cupool_counters {
     atomic_ullong device[CUPOOL_MAX_DEVICES + 1][HOT_COUNT];
     atomic_ullong calls[CUPOOL_SYM_COUNT];
     atomic_ullong time_ns; /* in the calls cupool served itself */
+    cupool_thread_t *thread; /* the owner's line, with the fast paths' counts not yet moved here */
     struct cupool_counters *next;
 } __attribute__((aligned(64))) hot_t;
 _Static_assert(HOT_COUNT * sizeof(atomic_ullong) == 64, "a device's counters fill one cache line");
@@ -64,6 +65,7 @@ _Static_assert(HOT_COUNT * sizeof(atomic_ullong) == 64, "a device's counters fil
 static pthread_mutex_t hot_lock = PTHREAD_MUTEX_INITIALIZER;
 static hot_t *hot_sets;
 static hot_t retired; /* also the set of a thread whose own could not be allocated */
+static CUPOOL_THREAD_LOCAL hot_t *thread_set; /* the calling thread's */
 static pthread_key_t hot_key;
 static pthread_once_t hot_once = PTHREAD_ONCE_INIT;
 
@@ -86,13 +88,36 @@ static void fold(hot_t *into, const hot_t *from)
                               memory_order_relaxed);
 }
 
+/* Moves the fast paths' counts from the thread's line into its set h
+ * (hot_lock held: a reader sees them in one place or the other). */
+static void take_fast_counts(hot_t *h)
+{
+    cupool_thread_t *t = &cupool_thread;
+    atomic_ullong *c = h->device[slot(atomic_load_explicit(&t->fast_device, memory_order_relaxed))];
+    long long bytes = (long long)atomic_load_explicit(&t->fast_bytes, memory_order_relaxed);
+    /* Only their difference (in use) is read while the fast paths run:
+     * they never do under CUPOOL_STATS, whose summary prints the totals. */
+    cupool_count_add(&c[HOT_POOLED_ALLOCS], atomic_load_explicit(&t->fast_allocs, memory_order_relaxed));
+    cupool_count_add(&c[HOT_POOLED_FREES], atomic_load_explicit(&t->fast_frees, memory_order_relaxed));
+    cupool_count_add(&c[bytes >= 0 ? HOT_POOLED_BYTES : HOT_FREED_BYTES],
+                     bytes >= 0 ? (unsigned long long)bytes : -(unsigned long long)bytes);
+    atomic_store_explicit(&t->fast_allocs, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->fast_frees, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->fast_bytes, 0, memory_order_relaxed);
+}
+
 static void thread_done(void *arg)
 {
     hot_t *h = arg;
     /* Another library's thread-exit destructor may still call the driver
-     * after this one: such late calls count into `retired`. */
-    cupool_thread.counters = &retired;
+     * after this one: such late calls count into `retired`, on the general
+     * paths (an empty context cache, which cupool_stats_thread keeps empty:
+     * the fast paths count in the thread's line, which nobody reads now). */
+    thread_set = &retired;
+    cupool_thread.context = NULL;
+    cupool_thread.context_handle = NULL;
     pthread_mutex_lock(&hot_lock);
+    take_fast_counts(h);
     fold(&retired, h);
     for (hot_t **p = &hot_sets; *p; p = &(*p)->next)
         if (*p == h) {
@@ -125,7 +150,7 @@ static __attribute__((noinline, cold)) hot_t *first_hot(void);
  * line so the counting paths stay leaves. */
 static inline hot_t *hot(void)
 {
-    if (CUPOOL_LIKELY(cupool_thread.counters != NULL)) return cupool_thread.counters;
+    if (CUPOOL_LIKELY(thread_set != NULL)) return thread_set;
     return first_hot();
 }
 
@@ -135,28 +160,44 @@ static hot_t *first_hot(void)
     hot_t *h = aligned_alloc(_Alignof(hot_t), sizeof *h);
     if (!h) return &retired;
     memset(h, 0, sizeof *h);
+    h->thread = &cupool_thread;
     pthread_mutex_lock(&hot_lock);
     h->next = hot_sets;
     hot_sets = h;
     pthread_mutex_unlock(&hot_lock);
     pthread_setspecific(hot_key, h);
-    return cupool_thread.counters = h;
+    return thread_set = h;
 }
 
-/* The sum over every thread's set of the counter at `offset` in hot_t. */
-static uint64_t hot_total(size_t offset)
+/* The sum over every thread's set of the counter at `offset` in hot_t
+ * (modulo 2^64); with a nonzero `fast`, plus the counter at that offset in
+ * the lines of the live threads whose fast-path counts are of `device`. */
+static uint64_t hot_total_with(size_t offset, size_t fast, int device)
 {
     pthread_mutex_lock(&hot_lock);
     uint64_t total = atomic_load_explicit((atomic_ullong *)((char *)&retired + offset), memory_order_relaxed);
-    for (hot_t *h = hot_sets; h; h = h->next)
+    for (hot_t *h = hot_sets; h; h = h->next) {
         total += atomic_load_explicit((atomic_ullong *)((char *)h + offset), memory_order_relaxed);
+        if (fast && slot(atomic_load_explicit(&h->thread->fast_device, memory_order_relaxed)) == device)
+            total += atomic_load_explicit((atomic_ullong *)((char *)h->thread + fast), memory_order_relaxed);
+    }
     pthread_mutex_unlock(&hot_lock);
     return total;
 }
 
+static uint64_t hot_total(size_t offset)
+{
+    return hot_total_with(offset, 0, 0);
+}
+
+static size_t device_offset(int device, int k)
+{
+    return offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong);
+}
+
 static uint64_t hot_sum(int device, int k)
 {
-    return hot_total(offsetof(hot_t, device) + ((size_t)device * HOT_COUNT + (size_t)k) * sizeof(atomic_ullong));
+    return hot_total(device_offset(device, k));
 }
 
 void cupool_stats_count(int sym)
@@ -165,17 +206,21 @@ void cupool_stats_count(int sym)
     bump(h, &h->calls[sym], 1);
 }
 
-void cupool_stats_thread(void)
+int cupool_stats_thread(int device)
 {
-    hot();
-}
-
-CUPOOL_HOT_PATH void cupool_stats_fast(int device, int is_free, size_t size)
-{
-    hot_t *h = cupool_thread.counters; /* set: see cupool_stats_thread */
-    atomic_ullong *c = h->device[slot(device)];
-    bump(h, &c[is_free ? HOT_POOLED_FREES : HOT_POOLED_ALLOCS], 1);
-    bump(h, &c[is_free ? HOT_FREED_BYTES : HOT_POOLED_BYTES], size);
+    hot_t *h = hot();
+    if (h == &retired) return 0; /* exiting, or no set could be allocated */
+    cupool_thread_t *t = &cupool_thread;
+    if (device >= 0 && atomic_load_explicit(&t->fast_device, memory_order_relaxed) != device) {
+        if (atomic_load_explicit(&t->fast_allocs, memory_order_relaxed) ||
+            atomic_load_explicit(&t->fast_frees, memory_order_relaxed)) {
+            pthread_mutex_lock(&hot_lock);
+            take_fast_counts(h);
+            pthread_mutex_unlock(&hot_lock);
+        }
+        atomic_store_explicit(&t->fast_device, (short)device, memory_order_relaxed);
+    }
+    return 1;
 }
 
 void cupool_stats_call(int sym, uint64_t served_ns)
@@ -334,10 +379,14 @@ CUPOOL_EXPORT int cupool_get_stats(int device, cupool_stats_t *out)
 {
     if (!out || device < 0 || device >= CUPOOL_MAX_DEVICES) return -1;
     cupool_device_stats_t *s = &cupool_device_stats[device];
-    out->pooled_allocs = hot_sum(device, HOT_POOLED_ALLOCS);
+    out->pooled_allocs =
+        hot_total_with(device_offset(device, HOT_POOLED_ALLOCS), offsetof(cupool_thread_t, fast_allocs), device);
     out->native_allocs = hot_sum(device, HOT_NATIVE_ALLOCS);
-    out->pooled_frees = hot_sum(device, HOT_POOLED_FREES);
-    out->in_use = hot_sum(device, HOT_POOLED_BYTES) - hot_sum(device, HOT_FREED_BYTES);
+    out->pooled_frees =
+        hot_total_with(device_offset(device, HOT_POOLED_FREES), offsetof(cupool_thread_t, fast_frees), device);
+    out->in_use =
+        hot_total_with(device_offset(device, HOT_POOLED_BYTES), offsetof(cupool_thread_t, fast_bytes), device) -
+        hot_sum(device, HOT_FREED_BYTES);
     out->peak_in_use = LOAD(s->peak_in_use);
     out->peak_reserved = LOAD(s->peak_reserved);
     out->trims = LOAD(s->trims);
