@@ -1,0 +1,49 @@
+#!/bin/bash
+# The fifteenth session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run15.sh a|b
+# a: the fast paths counting in the thread's own line (7cc3fd7) against the
+#    build of 89f7201 (the fourteenth session's end, from a tar file of its
+#    tree in .vendor with the generated autotools files: the GPU machine has
+#    no libtoolize): alloc_bench -p of cupool ordered and sync against their
+#    bare calls, 256 B, 1 MiB and 1 GiB, one thread, 5 rounds, the two
+#    builds' processes interleaved; make check on the real driver of
+#    test_smoke (its new cases), test_queue, test_stress, test_modes,
+#    test_ready and test_kernel_race; test_smoke, test_queue and test_stress
+#    under compute-sanitizer with the queue on (the fourteenth session's
+#    commits after its call e, never run on a GPU, are in this build too)
+# b: the full scripts/bench-gpu.sh, for docs/BENCHMARKS.md (copy
+#    $OUT/r/bench to docs/results and regenerate with bench/make_report.py)
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+build() { # DIR (a build of the tree it is in)
+    ( mkdir -p $1 && cd $1 && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda >/dev/null &&
+        make -j8 >/dev/null 2>&1 && make -j8 check TESTS= >/dev/null 2>&1 ) || echo "build $1 failed"
+}
+
+case ${1:-} in
+a)
+    mkdir -p old && tar -xzf .vendor/old-89f7201.tgz -C old
+    build build-gpu & (cd old && build build-gpu) & wait
+    for round in 1 2 3 4 5; do
+        for b in old/build-gpu build-gpu; do
+            for free in ordered sync; do
+                timeout 120 $b/scripts/cupool --library $b/.libs/libcupool.so --free $free -- \
+                    build-gpu/bench/alloc_bench -m api -p bare-$free -s 256,1M,1G -t 1 -r 3 -T 0.25 \
+                    -l ${b%%/*}-$free -o $OUT/r/ab-$round.csv >/dev/null 2>>$OUT/r/ab.err
+            done
+        done
+    done
+    python3 docs/examples/run15-ab.py $OUT/r/ab-*.csv | tee $OUT/r/ab.txt
+    real_check 200 4 test_smoke test_queue test_stress test_modes test_ready test_kernel_race
+    cp build-gpu/tests/test_smoke.log $OUT/r/ 2>/dev/null
+    CUPOOL_DRIVER_QUEUE=on sanitize 150 12 test_smoke test_queue test_stress
+    ;;
+b)
+    timeout 590 sh scripts/bench-gpu.sh $OUT/r/bench >$OUT/r/bench.txt 2>&1
+    echo "bench rc $?"; grep -E "met|not met" $OUT/r/bench.txt | tail -30
+    rm -rf $OUT/r/bench/logs
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b" >&2; exit 2 ;;
+esac
+tar -C $OUT -czf $OUT/r.tgz r
