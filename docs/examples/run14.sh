@@ -57,22 +57,6 @@ pairs() { # FREE BARE
     done
 }
 
-# make check on the real driver of some tests (their names, without tests/).
-real_check() { # SECONDS JOBS NAME...
-    local seconds=$1 jobs=$2; shift 2
-    ( cd build-gpu && timeout $seconds make -j$jobs -k check CUPOOL_TEST_DRIVER=real \
-        TESTS="$(printf 'tests/%s ' "$@")" ) >$OUT/r/check.txt 2>&1
-    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP):' $OUT/r/check.txt | tr '\n' ' ')"
-}
-
-# Those tests under compute-sanitizer in every free mode (scripts/gpu-tests.sh).
-sanitize() { # BUDGET JOBS NAME...
-    local budget=$1 jobs=$2; shift 2
-    GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY="$*" UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=$budget \
-        SANITIZER_JOBS=$jobs sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
-    echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
-}
-
 # PyTorch train and train-stream, the caching allocator against cupool.
 torch() { # ROUNDS SECONDS
     timeout $2 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
