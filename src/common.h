@@ -86,7 +86,7 @@ typedef struct cupool_hot {
     int timing;               /* the log or statistics need timestamps */
     int count_used;           /* something reads the devices' `used` counts (context.h) */
     atomic_int fast;          /* memory.c's fast paths may run: started, no log, statistics or limit,
-                                 CUPOOL_FREE auto or ordered, and no context has left `ordered` */
+                                 CUPOOL_FREE not deferred, and no context has moved to `deferred` */
     atomic_int captures;      /* stream captures in progress, any thread (stream.c) */
     atomic_uint generation;   /* bumped when a context goes away (context.c) */
     int queue;                /* ordered pool calls go through the contexts' driver queues (queue.c) */

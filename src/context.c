@@ -218,8 +218,9 @@ static void promote(cupool_context_t *c, int mode)
     }
     atomic_store(&c->mode, mode);
     if (old == CUPOOL_FREE_DEFERRED) cupool_deferred_return_ready(c);
-    /* The fast paths serve `ordered` alone; they stay off from now on. */
-    atomic_store(&cupool_hot.fast, 0);
+    /* The fast paths serve `ordered` and `sync` alone: after a move to
+     * `deferred` they stay off from now on. */
+    if (mode == CUPOOL_FREE_DEFERRED) atomic_store(&cupool_hot.fast, 0);
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
 }
 

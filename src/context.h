@@ -131,13 +131,6 @@ static inline void cupool_device_used(cupool_device_t *dev, int64_t delta)
         atomic_fetch_add_explicit(&dev->used, (unsigned long long)delta, memory_order_relaxed);
 }
 
-/* Whether an allocation or free in this context goes on the legacy stream
- * now: the context is `ordered` and no capture is in progress. */
-static inline int cupool_ordered_now(const cupool_context_t *c)
-{
-    return atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED && !cupool_capturing();
-}
-
 /* The context's `ordered` pool calls on its legacy stream (pool NULL: a
  * free), through its driver queue (queue.c): out of line, so that the path
  * of one thread stays as short as it was without it. */
@@ -173,6 +166,10 @@ int cupool_free_is_deferred(const cupool_origin_t *o);
 CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred);
 /* A free the driver refused: warns, and the block stays the program's. */
 CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
+/* The free of `sync` (the block's context current, no capture in
+ * progress): the context synchronized, then the block on the legacy
+ * stream; a refused free leaves the block the program's. */
+CUresult cupool_free_sync(const cupool_origin_t *o);
 static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
 {
     if (deferred || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)

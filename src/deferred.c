@@ -625,13 +625,18 @@ __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_
     return restore(o, r);
 }
 
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+CUresult cupool_free_sync(const cupool_origin_t *o)
 {
-    if (deferred) return defer(c, o, cupool_capturing());
-    /* sync: the whole context first, then on the legacy stream as ordered. */
+    /* The whole context first, then on the legacy stream as ordered. */
     CUresult r = real_cuCtxSynchronize();
     if (r == CUDA_SUCCESS) r = give_back(o->ptr, CU_STREAM_LEGACY);
     return r == CUDA_SUCCESS ? r : restore(o, r);
+}
+
+CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+{
+    if (deferred) return defer(c, o, cupool_capturing());
+    return cupool_free_sync(o);
 }
 
 /* Hands back every deferred block of a context whose work is known to be

@@ -210,8 +210,7 @@ static void start(void)
     cupool_pools_start();
     decide_queue();
     int mode = (int)cupool_option(CUPOOL_OPT_FREE);
-    atomic_store(&cupool_hot.fast,
-                 !cupool_hot.count_used && (mode == CUPOOL_FREE_AUTO || mode == CUPOOL_FREE_ORDERED));
+    atomic_store(&cupool_hot.fast, !cupool_hot.count_used && mode != CUPOOL_FREE_DEFERRED);
     atomic_store(&cupool_hot.started, 1);
 }
 

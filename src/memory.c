@@ -70,40 +70,55 @@ static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size
 
 /* ---- the fast paths ---------------------------------------------------------
  * What nearly every allocation and free of a program under cupool's default
- * settings needs: one pool for every size, the context `ordered`, no capture
- * in progress, no log, statistics or limit (cupool_hot.fast).  It is served
- * here with the pool call alone and the origin table, reading the hot line,
- * the thread's line (its context cache, where it also counts what it
- * serves), the context's first line and the block's shard and entry: the
- * general path below reads about twice as many cache lines, which the
- * driver's own calls evict between two of cupool's.  Anything else (other
- * modes, a failed pool call, a thread whose context cache misses) returns 0
- * before it changed anything, and the general path decides from the start. */
+ * settings needs: one pool for every size, the context `ordered` (or
+ * `sync`), no capture in progress, no log, statistics or limit
+ * (cupool_hot.fast).  It is served here with the pool calls alone and the
+ * origin table, reading the hot line, the thread's line (its context cache,
+ * where it also counts what it serves), the context's first line and the
+ * block's shard and entry: the general path below reads about twice as
+ * many cache lines, which the driver's own calls evict between two of
+ * cupool's.  Anything else (`deferred`, a failed pool call, a thread whose
+ * context cache misses) returns 0 before it changed anything, and the
+ * general path decides from the start. */
 
-/* Serves cuMemAlloc from the pool in stream order on the legacy stream, as
- * the general path does in `ordered`; 1 when served. */
+/* The free mode the fast paths serve a context in now, or 0: `ordered` or
+ * `sync`, with no capture in progress (which needs the general paths). */
+static inline int fast_mode(const cupool_context_t *c)
+{
+    _Static_assert(CUPOOL_FREE_ORDERED == 1 && CUPOOL_FREE_DEFERRED == 2 && CUPOOL_FREE_SYNC == 3,
+                   "ordered and sync are the odd modes: one test, where two cost a pair 3 instructions");
+    int mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    if (!(mode & 1) || cupool_capturing()) return 0;
+    return mode;
+}
+
+/* Serves cuMemAlloc from the pool as the general path does in `ordered`
+ * (in stream order on the legacy stream) and `sync` (on cupool's stream,
+ * complete before it returns); 1 when served. */
 static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
 {
     if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr || !size) return 0;
     cupool_context_t *c = cupool_cached_context();
-    if (!c || !c->any_size_pool || !cupool_ordered_now(c) || cupool_reclaim_due(c)) return 0;
-    if (cupool_ordered_alloc(c, c->any_size_pool, dptr, size) != CUDA_SUCCESS) return 0;
-    cupool_origin_t origin = {
-        .ptr = *dptr, .size = size, .owner = c, .pool = c->any_size_pool, .mode = CUPOOL_FREE_ORDERED};
+    int mode;
+    if (!c || !c->any_size_pool || !(mode = fast_mode(c)) || cupool_reclaim_due(c)) return 0;
+    CUresult r = CUPOOL_LIKELY(mode == CUPOOL_FREE_ORDERED) ? cupool_ordered_alloc(c, c->any_size_pool, dptr, size)
+                                                           : pool_alloc_private(c, c->any_size_pool, dptr, size);
+    if (r != CUDA_SUCCESS) return 0;
+    cupool_origin_t origin = {.ptr = *dptr, .size = size, .owner = c, .pool = c->any_size_pool, .mode = mode};
     if (CUPOOL_UNLIKELY(cupool_origin_insert(&origin) != 0)) {
-        cupool_ordered_free(c, *dptr);
+        cupool_ordered_free(c, *dptr); /* complete, or ordered after its allocation: either way */
         return 0;
     }
     cupool_stats_fast_alloc(size);
     return 1;
 }
 
-/* Whether the block's free may go to the driver at once, on the legacy
- * stream of the calling thread's context (arg, its state): the block's
- * context is that one and `ordered`, and no capture is in progress. */
+/* Whether the block's free may be made here at once, in the calling
+ * thread's context (arg, its state): the block's context is that one and
+ * the fast paths serve it now. */
 static CUPOOL_HOT_PATH int frees_now(const cupool_origin_t *o, const void *current)
 {
-    return o->owner == current && cupool_ordered_now(o->owner);
+    return o->owner == current && fast_mode(o->owner);
 }
 
 /* Serves cuMemFree of a block frees_now() allows; 1 when served, *result
@@ -115,14 +130,14 @@ static inline int free_fast(CUdeviceptr dptr, CUresult *result)
     cupool_context_t *c = cupool_cached_context();
     cupool_origin_t o;
     if (!c || cupool_origin_take(dptr, &o, frees_now, c) != 0) return 0;
-    CUresult r = cupool_ordered_free(c, dptr);
-    if (CUPOOL_LIKELY(r == CUDA_SUCCESS)) {
-        cupool_stats_fast_free(o.size);
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_SYNC)) {
+        *result = cupool_free_sync(&o);
     } else {
-        r = cupool_free_failed(&o, r);
-        cupool_stats_count(CUPOOL_SYM_cuMemFree_v2);
+        *result = cupool_ordered_free(c, dptr);
+        if (CUPOOL_UNLIKELY(*result != CUDA_SUCCESS)) *result = cupool_free_failed(&o, *result);
     }
-    *result = r;
+    if (CUPOOL_LIKELY(*result == CUDA_SUCCESS)) cupool_stats_fast_free(o.size);
+    else cupool_stats_count(CUPOOL_SYM_cuMemFree_v2);
     return 1;
 }
 

@@ -165,6 +165,30 @@ static void check_free_timing(int expect_deferred)
     CHECK_CU(cuMemFree(keep));
 }
 
+/* Whether a free synchronizes: in `sync` each pooled free first
+ * synchronizes the block's context, whichever path serves it; in `ordered`
+ * (and `auto` before it leaves `ordered`) none does.  The simulator counts
+ * the synchronizations, whose effect on data it cannot show: its work is
+ * done when queued (test_kernel_race shows it on a GPU). */
+static void check_free_synchronizes(void)
+{
+    if (!sim) return;
+    long long (*synchronizations)(void) = (long long (*)(void))dlsym(RTLD_DEFAULT, "simcuda_ctx_synchronizations");
+    CHECK_TRUE(synchronizations != NULL);
+    enum { PAIRS = 16 };
+    long long before = synchronizations();
+    for (int i = 0; i < PAIRS; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, 4096));
+        CHECK_CU(cuMemFree(p));
+    }
+    long long made = synchronizations() - before;
+    if (strcmp(mode, "sync") == 0 && made < PAIRS)
+        CHECK_FAIL("sync: %lld context synchronizations for %d frees", made, PAIRS);
+    if ((strcmp(mode, "ordered") == 0 || strcmp(mode, "auto") == 0) && made != 0)
+        CHECK_FAIL("%s: %lld context synchronizations for %d frees; expected none", mode, made, PAIRS);
+}
+
 /* ---- the child: one mode -------------------------------------------------- */
 
 static int child(void)
@@ -181,6 +205,7 @@ static int child(void)
     CHECK_TRUE(pool0 != NULL);
     uint64_t probe_used = tl_pool_used(pool0);
     CHECK_CU(cuMemFree(probe));
+    check_free_synchronizes();
 
     /* A: the legacy stream only. */
     CUstream legacy = NULL;

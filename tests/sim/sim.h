@@ -77,6 +77,7 @@ struct CUctx_st {
     sim_vec events;
     sim_vec modules;
     struct CUstream_st *legacy_stream; /* what CU_STREAM_LEGACY / NULL name */
+    unsigned long long synchronizations; /* cuCtxSynchronize calls that succeeded (simcuda_ctx_synchronizations) */
 };
 
 typedef enum { SIM_STREAM_CREATED, SIM_STREAM_LEGACY, SIM_STREAM_PER_THREAD } sim_stream_kind;

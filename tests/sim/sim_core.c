@@ -634,12 +634,23 @@ SIM_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
     SIM_CHECK(sim_ctx_check(ctx));
     SIM_CHECK(sim_capture_check_unsafe());
     sim_ctx_sync_point(ctx);
+    ctx->synchronizations++;
     return CUDA_SUCCESS;
 }
 
 SIM_API CUresult CUDAAPI cuCtxSynchronize(void)
 {
     return cuCtxSynchronize_v2(NULL);
+}
+
+/* For tests: how many times the calling thread's current context was
+ * synchronized with cuCtxSynchronize; -1 without one. */
+SIM_API long long simcuda_ctx_synchronizations(void)
+{
+    SIM_LOCKED;
+    CUcontext ctx = NULL;
+    if (sim_current_ctx(&ctx) != CUDA_SUCCESS || !ctx) return -1;
+    return (long long)ctx->synchronizations;
 }
 
 static CUresult peer_check(CUcontext peer, CUcontext *self)
