@@ -1,6 +1,6 @@
 #!/bin/bash
 # The fifteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run15.sh a|b
+#   OUT=DIR bash docs/examples/run15.sh a|b|c
 # a: the fast paths counting in the thread's own line (7cc3fd7) against the
 #    build of 89f7201 (the fourteenth session's end, from a tar file of its
 #    tree in .vendor with the generated autotools files: the GPU machine has
@@ -12,7 +12,12 @@
 #    under compute-sanitizer with the queue on (the fourteenth session's
 #    commits after its call e, never run on a GPU, are in this build too)
 # b: the full scripts/bench-gpu.sh, for docs/BENCHMARKS.md (copy
-#    $OUT/r/bench to docs/results and regenerate with bench/make_report.py)
+#    $OUT/r/bench to docs/results and regenerate with bench/make_report.py);
+#    run at 5b24632 (library 7cc3fd7) and again after c, at the final library
+# c: the fast paths serving sync (9fde04a): make check on the real driver of
+#    the tests of modes, statistics, kernel races, threads, capture,
+#    readiness, pools and fork; test_modes, test_kernel_race, test_stress
+#    and test_smoke under compute-sanitizer in every free mode
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -44,6 +49,11 @@ b)
     echo "bench rc $?"; grep -E "met|not met" $OUT/r/bench.txt | tail -30
     rm -rf $OUT/r/bench/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b" >&2; exit 2 ;;
+c)
+    build build-gpu
+    real_check 240 4 test_modes test_smoke test_kernel_race test_stress test_queue test_capture test_ready test_pools test_fork
+    sanitize 240 12 test_modes test_kernel_race test_stress test_smoke
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|c" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
