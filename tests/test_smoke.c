@@ -2,8 +2,7 @@
  * pools, and cupool_get_stats counts them wherever a thread is: still
  * running (its fast paths count in its own line), moved to another device,
  * gone, or freeing from a thread-exit destructor that runs after cupool's. */
-#include "check.h"
-#include "cupool.h"
+#include "testlib.h"
 
 #include <pthread.h>
 
@@ -14,15 +13,6 @@ static void *alloc_free_in_thread(void *ctx)
     CHECK_CU(cuMemAlloc(&p, 4096));
     CHECK_CU(cuMemFree(p));
     return NULL;
-}
-
-static cupool_stats_t stats_of(int device)
-{
-    int (*get)(int, cupool_stats_t *) = (int (*)(int, cupool_stats_t *))dlsym(RTLD_DEFAULT, "cupool_get_stats");
-    cupool_stats_t s;
-    CHECK_TRUE(get != NULL);
-    CHECK_EQ(get(device, &s), 0);
-    return s;
 }
 
 #define LIVE_BLOCKS 10
@@ -86,12 +76,10 @@ int main(void)
     CHECK_CU(cuDeviceGet(&dev, 0));
     CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CHECK_CU(cuCtxSetCurrent(ctx));
-    int (*get)(int, cupool_stats_t *) = (int (*)(int, cupool_stats_t *))dlsym(RTLD_DEFAULT, "cupool_get_stats");
-    CHECK_TRUE(get != NULL);
     cupool_stats_t s;
     CUdeviceptr p;
     CHECK_CU(cuMemAlloc(&p, 1 << 20));
-    CHECK_EQ(get(0, &s), 0);
+    s = tl_stats(0);
     CHECK_EQ(s.pooled_allocs, 1);
     CHECK_EQ(s.in_use, 1 << 20);
     CHECK_CU(cuMemsetD8(p, 7, 1 << 20));
@@ -99,7 +87,7 @@ int main(void)
     CHECK_CU(cuMemcpyDtoH(b, p + 1000, sizeof b));
     CHECK_EQ(b[3], 7);
     CHECK_CU(cuMemFree(p));
-    CHECK_EQ(get(0, &s), 0);
+    s = tl_stats(0);
     CHECK_EQ(s.pooled_allocs, 1);
     CHECK_EQ(s.pooled_frees, 1);
     CHECK_EQ(s.in_use, 0);
@@ -108,7 +96,7 @@ int main(void)
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, alloc_free_in_thread, ctx), 0);
     CHECK_EQ(pthread_join(t, NULL), 0);
-    CHECK_EQ(get(0, &s), 0);
+    s = tl_stats(0);
     CHECK_EQ(s.pooled_allocs, 2);
     CHECK_EQ(s.pooled_frees, 2);
     CHECK_EQ(s.in_use, 0);
@@ -120,25 +108,25 @@ int main(void)
     CHECK_EQ(pthread_barrier_init(&resumed, NULL, 2), 0);
     CHECK_EQ(pthread_create(&t, NULL, live_thread, ctx), 0);
     pthread_barrier_wait(&paused);
-    s = stats_of(0);
+    s = tl_stats(0);
     CHECK_EQ(s.pooled_allocs, 2 + LIVE_BLOCKS);
     CHECK_EQ(s.pooled_frees, 2 + LIVE_FREED);
     CHECK_EQ(s.in_use, (LIVE_BLOCKS - LIVE_FREED) * 4096);
     pthread_barrier_wait(&resumed);
     if (devices >= 2) {
         pthread_barrier_wait(&paused);
-        s = stats_of(0);
+        s = tl_stats(0);
         CHECK_EQ(s.pooled_allocs, 2 + LIVE_BLOCKS);
         CHECK_EQ(s.pooled_frees, 2 + LIVE_BLOCKS);
         CHECK_EQ(s.in_use, 0);
-        s = stats_of(1);
+        s = tl_stats(1);
         CHECK_EQ(s.pooled_allocs, 1);
         CHECK_EQ(s.pooled_frees, 1);
         CHECK_EQ(s.in_use, 0);
         pthread_barrier_wait(&resumed);
     }
     CHECK_EQ(pthread_join(t, NULL), 0);
-    s = stats_of(0);
+    s = tl_stats(0);
     CHECK_EQ(s.pooled_allocs, 2 + LIVE_BLOCKS);
     CHECK_EQ(s.pooled_frees, 2 + LIVE_BLOCKS);
     CHECK_EQ(s.in_use, 0);
@@ -152,7 +140,7 @@ int main(void)
     CHECK_EQ(pthread_key_create(&late_key, late_free), 0);
     CHECK_EQ(pthread_create(&t, NULL, late_thread, ctx), 0);
     CHECK_EQ(pthread_join(t, NULL), 0);
-    s = stats_of(0);
+    s = tl_stats(0);
     CHECK_EQ(s.pooled_allocs, 2 + LIVE_BLOCKS + 2);
     CHECK_EQ(s.pooled_frees, 2 + LIVE_BLOCKS + 2);
     CHECK_EQ(s.in_use, 0);
