@@ -91,19 +91,29 @@ typedef struct cupool_context {
     cupool_queue_t queue;
 } __attribute__((aligned(64))) cupool_context_t;
 
+/* Asks the registry for the state of ctx and fills the thread's cache. */
+cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation);
+/* The thread's cached state of its current context (*ctx, as of
+ * *generation), or NULL when the cache misses or holds none; *ctx is NULL
+ * when no context is current. */
+static inline cupool_context_t *cupool_context_from_cache(CUcontext *ctx, unsigned *generation)
+{
+    if (cupool_hot.ctx_get_current(ctx) != CUDA_SUCCESS) *ctx = NULL;
+    if (!*ctx) return NULL;
+    *generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
+    if (CUPOOL_LIKELY(cupool_thread.context_handle == *ctx && cupool_thread.context_generation == *generation))
+        return cupool_thread.context;
+    return NULL;
+}
 /* The state of the calling thread's current context, created on first use;
  * NULL when no context is current or cupool cannot pool there.  Inline: the
- * thread's cache answers nearly every time; cupool_context_lookup asks the
- * registry and fills the cache. */
-cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation);
+ * thread's cache answers nearly every time. */
 static inline cupool_context_t *cupool_current_context(void)
 {
     CUcontext ctx = NULL;
-    if (cupool_hot.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
-    unsigned generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
-    if (CUPOOL_LIKELY(cupool_thread.context_handle == ctx && cupool_thread.context_generation == generation &&
-                      cupool_thread.context))
-        return cupool_thread.context;
+    unsigned generation;
+    cupool_context_t *c = cupool_context_from_cache(&ctx, &generation);
+    if (CUPOOL_LIKELY(c) || !ctx) return c;
     return cupool_context_lookup(ctx, generation);
 }
 /* The same for the fast paths (memory.c), from the thread's cache alone:
@@ -113,11 +123,8 @@ static inline cupool_context_t *cupool_current_context(void)
 static inline cupool_context_t *cupool_cached_context(void)
 {
     CUcontext ctx = NULL;
-    if (cupool_hot.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
-    unsigned generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
-    if (CUPOOL_LIKELY(cupool_thread.context_handle == ctx && cupool_thread.context_generation == generation))
-        return cupool_thread.context;
-    return NULL;
+    unsigned generation;
+    return cupool_context_from_cache(&ctx, &generation);
 }
 /* The state of a given context, created on first use (must be current). */
 cupool_context_t *cupool_context_of(CUcontext ctx);
