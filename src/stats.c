@@ -74,7 +74,7 @@ static pthread_once_t hot_once = PTHREAD_ONCE_INIT;
 static inline __attribute__((always_inline)) void bump(hot_t *h, atomic_ullong *counter, uint64_t n)
 {
     if (CUPOOL_UNLIKELY(h == &retired)) atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
-    else atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n, memory_order_relaxed);
+    else cupool_count_add(counter, n);
 }
 
 static void fold(hot_t *into, const hot_t *from)
