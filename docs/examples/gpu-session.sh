@@ -23,3 +23,10 @@ sanitize() { # BUDGET JOBS NAME...
         SANITIZER_JOBS=$jobs sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
     echo "gpu-tests rc $?"; grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
 }
+
+# A build of the tree it is in, in DIR, with the test programs (their tests not run).
+build() { # DIR [CPPFLAGS]
+    ( mkdir -p $1 && cd $1 && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
+        CPPFLAGS="${2:-}" >/dev/null && make -j8 >/dev/null 2>&1 && make -j8 check TESTS= >/dev/null 2>&1 ) ||
+        echo "build $1 failed"
+}

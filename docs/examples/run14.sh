@@ -40,12 +40,6 @@
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
-build() { # DIR [CPPFLAGS]
-    ( mkdir -p $1 && cd $1 && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda \
-        CPPFLAGS="${2:-}" >/dev/null && make -j8 >/dev/null 2>&1 && make -j8 check TESTS= >/dev/null 2>&1 ) ||
-        echo "build $1 failed"
-}
-
 # cupool in FREE mode against its bare calls, one process per build and round.
 pairs() { # FREE BARE
     for round in 1 2 3; do

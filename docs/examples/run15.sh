@@ -30,11 +30,6 @@
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
-build() { # DIR (a build of the tree it is in)
-    ( mkdir -p $1 && cd $1 && ../configure -q --with-uthash=$R/.vendor/uthash --with-cuda=/usr/local/cuda >/dev/null &&
-        make -j8 >/dev/null 2>&1 && make -j8 check TESTS= >/dev/null 2>&1 ) || echo "build $1 failed"
-}
-
 case ${1:-} in
 a)
     mkdir -p old && tar -xzf .vendor/old-${OLD:-89f7201}.tgz -C old
