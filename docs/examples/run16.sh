@@ -10,6 +10,11 @@
 #    (the pools still growing) or anywhere
 # b: the full scripts/bench-gpu.sh, for docs/BENCHMARKS.md (copy
 #    $OUT/r/bench to docs/results and regenerate with bench/make_report.py)
+# x: whether pinning alloc_bench to one core steadies the one-thread pair:
+#    cupool ordered and auto against the bare ordered calls in one process,
+#    256 B, 4 KiB, 1 MiB and 1 GiB, 5 rounds of each, unpinned and under
+#    taskset on a core of the GPU's NUMA node, interleaved 4 times; the
+#    machine's CPU layout, governor and GPU topology
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -28,6 +33,39 @@ b)
     echo "bench rc $?"; grep -E "met|not met" $OUT/r/bench.txt | tail -30
     rm -rf $OUT/r/bench/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b" >&2; exit 2 ;;
+x)
+    build build-gpu
+    { lscpu; nvidia-smi topo -m; cat /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor 2>&1 | sort | uniq -c; } \
+        >$OUT/r/machine.txt 2>&1
+    node=$(cat /sys/bus/pci/devices/$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader |
+        tr 'A-F' 'a-f' | sed 's/^0000//')/numa_node 2>/dev/null || echo -1)
+    cpus=$(cat /sys/devices/system/node/node${node#-}/cpulist 2>/dev/null || echo 0-3)
+    core=$(echo $cpus | sed 's/[-,].*//'); core=$((core + 2))
+    echo "GPU NUMA node $node, cpus $cpus, pinned core $core" | tee -a $OUT/r/machine.txt
+    for round in 1 2 3 4; do
+        for pin in none $core; do
+            for free in ordered auto; do
+                p=; [ $pin = none ] || p="taskset -c $pin"
+                timeout 60 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --free $free -- \
+                    $p build-gpu/bench/alloc_bench -m api -p bare-ordered -s 256,4K,1M,1G -t 1 -r 5 -T 0.25 \
+                    -l pin$pin-$free -o $OUT/r/pin-$round.csv >/dev/null 2>>$OUT/r/pin.err
+            done
+        done
+    done
+    python3 - $OUT/r/pin-*.csv <<'PY'
+import csv, sys, collections
+ratio = collections.defaultdict(list)
+for f in sys.argv[1:]:
+    rows = list(csv.DictReader(open(f)))
+    med = {(r["label"], r["size"]): float(r["us_median"]) for r in rows if r["us_median"]}
+    for (label, size), us in med.items():
+        if ":" not in label and (label + ":bare-ordered", size) in med:
+            bare = med[(label + ":bare-ordered", size)]
+            ratio[(label, int(size))].append("%.3f/%.3f=%.3f" % (us, bare, us / bare))
+for k in sorted(ratio):
+    print("%-16s %11d  %s" % (k[0], k[1], "  ".join(ratio[k])))
+PY
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|x" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
