@@ -15,6 +15,12 @@
 #    256 B, 4 KiB, 1 MiB and 1 GiB, 5 rounds of each, unpinned and under
 #    taskset on a core of the GPU's NUMA node, interleaved 4 times; the
 #    machine's CPU layout, governor and GPU topology
+# t: whether `auto` stays `ordered` in PyTorch's train and CuPy's default
+#    workloads (CUPOOL_VERBOSE=1 prints every switch of free mode), then
+#    those two workloads alone, 4 interleaved rounds of the reference, of
+#    cupool's default settings and of `ordered` forced: call b ran them in
+#    one round each (the torch stage ran out of time for a second) and
+#    showed the default settings slower than `ordered` in both
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -66,6 +72,28 @@ for k in sorted(ratio):
     print("%-16s %11d  %s" % (k[0], k[1], "  ".join(ratio[k])))
 PY
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b|x" >&2; exit 2 ;;
+t)
+    build build-gpu
+    run="build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --"
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUPOOL_VERBOSE=1 timeout 100 $run python3 bench/torch_bench.py \
+        --worker nocache-cupool --workload train --steps 5 --warmup 1 >$OUT/r/verbose-torch.txt 2>&1
+    CUPOOL_VERBOSE=1 timeout 100 $run python3 bench/cupy_bench.py --worker nopool-cupool --workload default \
+        --iters 20 --passes 1 >$OUT/r/verbose-cupy.txt 2>&1
+    grep -H "cupool" $OUT/r/verbose-*.txt | grep -v '^{' | cut -c1-200 | head -30
+    timeout 200 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool \
+        --library build-gpu/.libs/libcupool.so --out $OUT/r/t --configs caching,nocache-cupool,nocache-cupool-ordered \
+        --workloads train --rounds 4 >$OUT/r/t-torch.txt 2>&1
+    timeout 120 python3 bench/cupy_bench.py --cupool build-gpu/scripts/cupool \
+        --library build-gpu/.libs/libcupool.so --out $OUT/r/t --configs pool,nopool-cupool,nopool-cupool-ordered \
+        --workloads default --rounds 4 >$OUT/r/t-cupy.txt 2>&1
+    python3 - $OUT/r/t/torch.json $OUT/r/t/cupy.json <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    for r in json.load(open(f))["rows"]:
+        print(f.split("/")[-1], r["workload"], r["config"], " ".join("%.3f" % x for x in r.get("rounds_ms", [])),
+              "ratio %.3f paired %.3f" % (r.get("time_ratio") or 0, r.get("time_ratio_paired") or 0))
+PY
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|x|t" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
