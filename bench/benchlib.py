@@ -234,14 +234,29 @@ def run_configs(script, bench, configs, workloads, worker_args, config_env, conf
     return [best[(wl, c)] for wl in workloads for c in configs if (wl, c) in best], errors
 
 
+def by_round(r):
+    """A row's median time in each round it ran: {round number: ms}."""
+    ms = r.get("rounds_ms") or []
+    nos = r.get("round_nos") or list(range(1, len(ms) + 1))
+    return dict(zip(nos, ms))
+
+
+def lowest_ratio(row, ref):
+    """The lowest of row's round medians over the lowest of ref's, both taken
+    over the rounds both ran: a stage that ran out of time in its last round
+    leaves some configurations one run fewer, and the lowest of two runs
+    against one favours the configuration with two."""
+    mine, theirs = by_round(row), by_round(ref)
+    both = [k for k in mine if k in theirs]
+    if not both:
+        return ratio(row["ms_median"], ref["ms_median"])
+    return ratio(min(mine[k] for k in both), min(theirs[k] for k in both))
+
+
 def paired_ratio(row, ref):
     """The median over the rounds both ran of row's time / ref's time in that
     round: neighbours in time, so a drift between processes that moves both
     cancels, where the ratio of the lowest rounds keeps each one's luckiest."""
-    def by_round(r):
-        ms = r.get("rounds_ms") or []
-        nos = r.get("round_nos") or list(range(1, len(ms) + 1))
-        return dict(zip(nos, ms))
     mine, theirs = by_round(row), by_round(ref)
     return median(ratio(mine[k], theirs[k]) for k in mine if k in theirs)
 
@@ -258,7 +273,7 @@ def compare_to_reference(bench, rows, workloads, reference, ref_label, result_ke
         for r in rows:
             if r["workload"] != wl or not r.get("ok"):
                 continue
-            r["time_ratio"] = ratio(r["ms_median"], ref["ms_median"]) if ref else None
+            r["time_ratio"] = lowest_ratio(r, ref) if ref else None
             r["time_ratio_paired"] = paired_ratio(r, ref) if ref else None
             r["mem_ratio"] = ratio(r["peak_mib"], ref["peak_mib"]) if ref else None
             if ref and ref.get(key) is not None and r.get(key) is not None:

@@ -71,7 +71,7 @@ def torch_rounds(results):
     if not rounds or rounds < 2:
         return ""
     return (" Every configuration ran %d times, interleaved with the others, and keeps its run with the "
-            "lowest median (*time ratio*: lowest against lowest). *paired ratio* is the median over the "
+            "lowest median (*time ratio*: lowest against lowest, over the rounds both ran). *paired ratio* is the median over the "
             "rounds of the configuration's time over the reference's in the same round, which a drift "
             "shared by neighbouring processes does not move." % rounds)
 

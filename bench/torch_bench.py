@@ -18,7 +18,8 @@ Configurations:
 
 Time: median per step (train) or per forward (infer) with a
 torch.cuda.synchronize() around each timed unit; every configuration runs
---rounds times (interleaved with the others) and keeps its lowest median; the "paired" ratio is the
+--rounds times (interleaved with the others) and keeps its lowest median (a ratio: lowest against
+lowest over the rounds both ran); the "paired" ratio is the
 median over the rounds of its time over the caching allocator's in the same round.  Peak memory: device memory
 in use (NVML; the real figure, whatever the allocator) sampled after every
 step, minus what was in use after CUDA initialisation.  cupool reports its
