@@ -21,6 +21,9 @@
 #    cupool's default settings and of `ordered` forced: call b ran them in
 #    one round each (the torch stage ran out of time for a second) and
 #    showed the default settings slower than `ordered` in both
+# p: scripts/bench-gpu.sh's PyTorch stage alone, as it runs now (last, with
+#    what the budget has left: here BENCH_BUDGET=330 less the build), with
+#    the time ratio over the rounds both configurations ran
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -94,6 +97,11 @@ for f in sys.argv[1:]:
               "ratio %.3f paired %.3f" % (r.get("time_ratio") or 0, r.get("time_ratio_paired") or 0))
 PY
     ;;
-*) echo "usage: OUT=DIR bash $0 a|b|x|t" >&2; exit 2 ;;
+p)
+    BENCH_ONLY=torch BENCH_BUDGET=330 timeout 350 sh scripts/bench-gpu.sh $OUT/r/p >$OUT/r/p.txt 2>&1
+    echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/p.txt | grep -v "^  rc=" | tail -60
+    rm -rf $OUT/r/p/logs
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|x|t|p" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
