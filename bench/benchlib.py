@@ -234,11 +234,14 @@ def run_configs(script, bench, configs, workloads, worker_args, config_env, conf
     return [best[(wl, c)] for wl in workloads for c in configs if (wl, c) in best], errors
 
 
-def by_round(r):
-    """A row's median time in each round it ran: {round number: ms}."""
-    ms = r.get("rounds_ms") or []
-    nos = r.get("round_nos") or list(range(1, len(ms) + 1))
-    return dict(zip(nos, ms))
+def rounds_both(row, ref):
+    """The rounds both rows ran, as (row's ms, ref's ms) pairs in that round."""
+    def by_round(r):
+        ms = r.get("rounds_ms") or []
+        nos = r.get("round_nos") or list(range(1, len(ms) + 1))
+        return dict(zip(nos, ms))
+    mine, theirs = by_round(row), by_round(ref)
+    return [(mine[k], theirs[k]) for k in mine if k in theirs]
 
 
 def lowest_ratio(row, ref):
@@ -246,19 +249,17 @@ def lowest_ratio(row, ref):
     over the rounds both ran: a stage that ran out of time in its last round
     leaves some configurations one run fewer, and the lowest of two runs
     against one favours the configuration with two."""
-    mine, theirs = by_round(row), by_round(ref)
-    both = [k for k in mine if k in theirs]
+    both = rounds_both(row, ref)
     if not both:
         return ratio(row["ms_median"], ref["ms_median"])
-    return ratio(min(mine[k] for k in both), min(theirs[k] for k in both))
+    return ratio(min(a for a, _ in both), min(b for _, b in both))
 
 
 def paired_ratio(row, ref):
     """The median over the rounds both ran of row's time / ref's time in that
     round: neighbours in time, so a drift between processes that moves both
     cancels, where the ratio of the lowest rounds keeps each one's luckiest."""
-    mine, theirs = by_round(row), by_round(ref)
-    return median(ratio(mine[k], theirs[k]) for k in mine if k in theirs)
+    return median(ratio(a, b) for a, b in rounds_both(row, ref))
 
 
 def compare_to_reference(bench, rows, workloads, reference, ref_label, result_key, what, floor, tolerance, unit_of):

@@ -38,7 +38,7 @@ check("cut short, paired ratio", B.paired_ratio(cut, ref), B.median([16.5 / 15.0
 full = row("cupool", {1: 18.0, 2: 16.2, 3: 16.8})
 check("full, time ratio", B.lowest_ratio(full, ref), 16.2 / 14.0)
 check("full, paired ratio", B.paired_ratio(full, ref), B.median([18.0 / 15.0, 16.2 / 20.0, 16.8 / 14.0]))
-# The reference missing the only round the row ran: the rows' own lowest.
+# The reference missing the only round the row ran: the row's own lowest.
 alone = row("cupool", {4: 15.5})
 check("no common round", B.lowest_ratio(alone, ref), 15.5 / 14.0)
 

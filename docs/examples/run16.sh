@@ -1,6 +1,6 @@
 #!/bin/bash
 # The sixteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run16.sh a|b
+#   OUT=DIR bash docs/examples/run16.sh a|b|x|t|p
 # a: the library at the session's start (8211ba9; its last four commits never
 #    ran on a GPU): the whole of scripts/gpu-tests.sh (make check on the real
 #    driver, every test program under compute-sanitizer in every free mode,
