@@ -185,7 +185,7 @@ def write_results(outdir, name, data):
 # ---- framework drivers (torch_bench.py, cupy_bench.py) -------------------------------
 
 def run_configs(script, bench, configs, workloads, worker_args, config_env, config_free, skip, launcher, lib,
-                timeout, logdir, rounds=1):
+                timeout, logdir, rounds=1, focus=(), focus_rounds=0):
     """Runs `script --worker CONFIG --workload WL worker_args...` for every
     workload and configuration, each in its own process: under cupool (with
     CUPOOL_FREE) when config_free(config) is not None ("" = default
@@ -193,44 +193,52 @@ def run_configs(script, bench, configs, workloads, worker_args, config_env, conf
     skip(workload, free).  With rounds > 1 the whole list runs that many
     times, interleaved (a run moves by a few percent from one process to the
     next), and each configuration keeps its run with the lowest ms_median
-    (all of them in "rounds_ms").  Returns (rows, errors)."""
+    (all of them in "rounds_ms", their numbers in "round_nos").  Then up to
+    focus_rounds further rounds run the (workload, config) pairs of `focus`
+    alone, interleaved the same way, while $BENCH_DEADLINE leaves time: the
+    configurations the targets compare, whose processes land in a fast or a
+    slow state by chance, get the most runs the stage can afford.  Returns
+    (rows, errors)."""
+    schedule = [(n, wl, config) for n in range(1, max(1, rounds) + 1) for wl in workloads for config in configs]
+    wanted = [(wl, config) for wl, config in focus if wl in workloads and config in configs]
+    schedule += [(n, wl, config) for n in range(max(1, rounds) + 1, max(1, rounds) + 1 + focus_rounds)
+                 for wl, config in wanted]
+    several = len(set(n for n, _, _ in schedule)) > 1
     best, errors = {}, []
-    for round_no in range(max(1, rounds)):
-        for wl in workloads:
-            for config in configs:
-                free = config_free(config)
-                if skip(wl, free):
-                    continue
-                name = "%s.%s" % (wl, config) + (".round%d" % (round_no + 1) if rounds > 1 else "")
-                env = clean_env(config_env(config))
-                cmd = [sys.executable, script, "--worker", config, "--workload", wl] + worker_args
-                if free is not None:
-                    if not lib:
-                        errors.append("%s: no libcupool.so (--library or CUPOOL_LIBRARY)" % name)
-                        continue
-                    env["CUPOOL_LIBRARY"] = lib
-                    cmd = cupool_prefix(launcher, free=free or None) + cmd
-                rc, out, err = run(cmd, env, timeout, logdir, name)
-                if rc is None and round_no > 0:
-                    continue  # out of time for a further round: the earlier rounds stand
-                found = json_lines(out)
-                if rc != 0 or not found:
-                    errors.append("%s: exit %s: %s" % (name, rc, tail(err, 4)))
-                    best.setdefault((wl, config), {"config": config, "workload": wl, "ok": False})
-                    continue
-                r = found[-1]
-                if (free is not None) != bool(r.get("cupool")):
-                    errors.append("%s: cupool %s loaded" % (name, "was not" if free is not None else "was"))
-                elif free is not None and not r["cupool"].get("pooled_allocs"):
-                    errors.append("%s: cupool served no allocation from a pool" % name)
-                old = best.get((wl, config))
-                r["round"] = round_no + 1
-                r["rounds_ms"] = (old or {}).get("rounds_ms", []) + [r["ms_median"]]
-                r["round_nos"] = (old or {}).get("round_nos", []) + [round_no + 1]
-                if not old or not old.get("ok") or r["ms_median"] < old["ms_median"]:
-                    best[(wl, config)] = r
-                else:
-                    old["rounds_ms"], old["round_nos"] = r["rounds_ms"], r["round_nos"]
+    for round_no, wl, config in schedule:
+        free = config_free(config)
+        if skip(wl, free):
+            continue
+        name = "%s.%s" % (wl, config) + (".round%d" % round_no if several else "")
+        env = clean_env(config_env(config))
+        cmd = [sys.executable, script, "--worker", config, "--workload", wl] + worker_args
+        if free is not None:
+            if not lib:
+                errors.append("%s: no libcupool.so (--library or CUPOOL_LIBRARY)" % name)
+                continue
+            env["CUPOOL_LIBRARY"] = lib
+            cmd = cupool_prefix(launcher, free=free or None) + cmd
+        rc, out, err = run(cmd, env, timeout, logdir, name)
+        if rc is None and round_no > 1:
+            continue  # out of time for a further round: the earlier rounds stand
+        found = json_lines(out)
+        if rc != 0 or not found:
+            errors.append("%s: exit %s: %s" % (name, rc, tail(err, 4)))
+            best.setdefault((wl, config), {"config": config, "workload": wl, "ok": False})
+            continue
+        r = found[-1]
+        if (free is not None) != bool(r.get("cupool")):
+            errors.append("%s: cupool %s loaded" % (name, "was not" if free is not None else "was"))
+        elif free is not None and not r["cupool"].get("pooled_allocs"):
+            errors.append("%s: cupool served no allocation from a pool" % name)
+        old = best.get((wl, config))
+        r["round"] = round_no
+        r["rounds_ms"] = (old or {}).get("rounds_ms", []) + [r["ms_median"]]
+        r["round_nos"] = (old or {}).get("round_nos", []) + [round_no]
+        if not old or not old.get("ok") or r["ms_median"] < old["ms_median"]:
+            best[(wl, config)] = r
+        else:
+            old["rounds_ms"], old["round_nos"] = r["rounds_ms"], r["round_nos"]
     return [best[(wl, c)] for wl in workloads for c in configs if (wl, c) in best], errors
 
 

@@ -65,15 +65,31 @@ def section_machine(results):
     return md_table(rows, [("what", "what"), ("value", "value")]) + "\n"
 
 
-def torch_rounds(results):
-    """The sentence on interleaved rounds, when the PyTorch results have them."""
-    rounds = ((load(results, "torch") or {}).get("config") or {}).get("rounds")
-    if not rounds or rounds < 2:
+def rounds_sentence(results, name):
+    """The sentences on interleaved rounds, when a framework's results have
+    more than one: how many every configuration ran, how many more the ones
+    the targets compare ran alone, and how the two ratios use them."""
+    d = load(results, name) or {}
+    runs = {(r["workload"], r["config"]): len(r.get("rounds_ms") or []) for r in d.get("rows", []) if r.get("ok")}
+    if not runs or max(runs.values()) < 2:
         return ""
-    return (" Every configuration ran %d times, interleaved with the others, and keeps its run with the "
-            "lowest median (*time ratio*: lowest against lowest, over the rounds both ran). *paired ratio* is the median over the "
-            "rounds of the configuration's time over the reference's in the same round, which a drift "
-            "shared by neighbouring processes does not move." % rounds)
+    cfg = d.get("config") or {}
+    full = cfg.get("rounds") or 1
+    short = sum(1 for n in runs.values() if n < full)
+    first = ("Every configuration was to run %s, interleaved with the others%s." % (
+        "once" if full == 1 else "%d times" % full,
+        "; the stage ran out of time before %d of them ran every time" % short if short else ""))
+    focus = [(wl, c) for wl, c in cfg.get("focus") or [] if (wl, c) in runs]
+    extra = ""
+    if focus and any(runs[k] > full for k in focus):
+        counts = sorted({min(runs[k] for k in focus), max(runs[k] for k in focus)})
+        extra = (" Then the configurations the time targets compare (%s) ran on their own in further rounds "
+                 "while the stage had time: %s runs each in all." % (
+                     ", ".join("%s %s" % (c, wl) for wl, c in focus), "–".join(str(n) for n in counts)))
+    return (" %s%s Each keeps its run with the lowest median (*time ratio*: lowest against lowest, over the "
+            "rounds both ran). *paired ratio* is the median over the rounds of the configuration's time over the "
+            "reference's in the same round, which a drift shared by neighbouring processes does not move." % (
+                first, extra))
 
 
 def section_alloc(results):
@@ -308,12 +324,12 @@ def main():
              "median of 3 passes after one warm-up pass), with `torch.cuda.synchronize()` around each. Peak "
              "memory is device memory in use (NVML) above the level right after CUDA initialisation, "
              "sampled after every step. *result rel. diff* compares the final loss (train) or the checksum "
-             "of the outputs (infer) with the caching allocator's.%s\n" % torch_rounds(results))
+             "of the outputs (infer) with the caching allocator's.%s\n" % rounds_sentence(results, "torch"))
     p.append(section_framework(results, "torch", "caching", "the caching allocator", "ms per step or forward"))
     p.append("## CuPy\n")
     p.append("Elementwise chains, reductions and matmuls over a seeded list of 200 square shapes "
              "(256–2048) per pass, median of 5 passes after a warm-up pass; *default* on CuPy's legacy "
-             "default stream, *stream* in a non-blocking `cupy.cuda.Stream`.\n")
+             "default stream, *stream* in a non-blocking `cupy.cuda.Stream`.%s\n" % rounds_sentence(results, "cupy"))
     p.append(section_framework(results, "cupy", "pool", "CuPy's memory pool", "ms per iteration"))
     p.append("## CUDA runtime program: `bench/loop.cu`\n")
     p.append("`cudaMalloc`/`cudaFree` of two buffers per stream and iteration around three kernels on two "

@@ -2,13 +2,15 @@
 # scripts/bench-gpu.sh [RESULTS_DIR]: on a GPU machine, build cupool (out of
 # tree, in $CUPOOL_BUILD, default build-gpu/) if needed and run every
 # benchmark: the allocation pair (bench/alloc_bench.py), loop.cu with cudart
-# static and shared (bench/loop_bench.py), CuPy, PyTorch, and
-# bench/memset_bench when it is built.  Writes JSON/CSV results, logs and
+# static and shared (bench/loop_bench.py), bench/memset_bench when it is
+# built, CuPy and PyTorch, in that order.  Writes JSON/CSV results, logs and
 # pictures into RESULTS_DIR (default bench-results/), a generated
 # RESULTS_DIR/BENCHMARKS.md, and prints every target with met / not met.
 # Finishes within BENCH_BUDGET seconds (default 570): each stage gets a share
-# (PyTorch, last, what is left) and the drivers skip what is left when their
-# deadline comes.
+# (the last of CuPy and PyTorch that runs, what is left) and the drivers skip
+# what is left when their deadline comes.  Stages run in separate calls
+# (BENCH_ONLY) into one RESULTS_DIR make one report: each stage's ratios are
+# measured within the stage.
 #
 # Environment: CUPOOL_BUILD (build dir), UTHASH_DIR (default .vendor/uthash),
 # CUDA_HOME (default /usr/local/cuda), JOBS (make -j, default 16),
@@ -128,10 +130,6 @@ if want loop; then
         --library "$lib" --out "$out"
 fi
 
-# ---- CuPy ------------------------------------------------------------------------------------------
-want cupy && run_stage cupy 90 "$python" "$src/bench/cupy_bench.py" --cupool "$launcher" --library "$lib" \
-    --out "$out"
-
 # ---- graph memsets (bench/memset_bench, written separately; run if built) ----------------------
 memset=$build/bench/memset_bench
 if want memset && [ -x "$memset" ]; then
@@ -162,10 +160,23 @@ elif want memset; then
     say "memset: $memset is not built; skipped"
 fi
 
+# ---- CuPy: what is left when PyTorch does not run after it ------------------------------------
+# Like PyTorch's stage (below), after one round of every configuration it
+# runs the two its target compares until the deadline: 90 s buys a few
+# rounds; a run without PyTorch (BENCH_ONLY without torch) gives it the rest
+# of the budget.
+cupy_cap=90
+want torch || cupy_cap=$budget
+want cupy && run_stage cupy "$cupy_cap" "$python" "$src/bench/cupy_bench.py" --cupool "$launcher" --library "$lib" \
+    --out "$out"
+
 # ---- PyTorch: last, with whatever the budget has left ------------------------------------------
 # Its processes take 6-15 s each (PyTorch's import and CUDA start), 20 to a
-# round of its interleaved rounds: the time the stages before it did not use
-# buys it a further round, where a fixed share once ran out in the second.
+# round of every configuration; then the four its time targets compare run
+# alone, round after round, until the deadline (torch_bench.py --focus-rounds):
+# the time the stages before it did not use buys those further rounds.  On
+# a machine whose calls are capped at 600 s, a run of PyTorch alone
+# (BENCH_ONLY=torch) gets the whole budget.
 want torch && run_stage torch "$budget" "$python" "$src/bench/torch_bench.py" --cupool "$launcher" \
     --library "$lib" --out "$out"
 

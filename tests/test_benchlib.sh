@@ -4,7 +4,10 @@
 # ratio compares the lowest round of each over the rounds both ran (a stage
 # cut short in its last round once compared cupool's one run with the
 # reference's lowest of two), the paired ratio is the median of the
-# round-by-round ratios.
+# round-by-round ratios.  Also the schedule of bench/benchlib.py's
+# run_configs: full rounds of every configuration, then rounds of the
+# configurations the targets compare alone (a fake worker stands in for
+# PyTorch).
 set -u
 srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 [ -f "$srcdir/bench/benchlib.py" ] || { echo "test_benchlib: $srcdir/bench/benchlib.py missing" >&2; exit 99; }
@@ -52,6 +55,30 @@ check("compare_to_reference, cut short", cut["time_ratio"], 16.5 / 15.0)
 check("compare_to_reference, full", full["time_ratio"], 16.2 / 14.0)
 if not all(c["ok"] for c in checks):
     failures.append("result checks failed: %r" % checks)
+
+# run_configs: one full round of a, b and c, then two rounds of the focus
+# pairs alone (b is skipped by skip()); the logs name every round.
+import json, os, tempfile
+tmp = tempfile.mkdtemp()
+fake = os.path.join(tmp, "fake_worker.py")
+with open(fake, "w") as f:
+    f.write("import json, sys\n"
+            "config, wl = sys.argv[sys.argv.index('--worker') + 1], sys.argv[sys.argv.index('--workload') + 1]\n"
+            "print(json.dumps({'config': config, 'workload': wl, 'ok': True, 'peak_mib': 1.0,\n"
+            "                  'ms_median': {'a': 10.0, 'b': 11.0, 'c': 12.0}[config]}))\n")
+os.environ.pop("BENCH_DEADLINE", None)
+with contextlib.redirect_stderr(io.StringIO()):
+    got, errors = B.run_configs(fake, "fake", ["a", "b", "c"], ["w", "v"], [], lambda c: {}, lambda c: None,
+                                lambda wl, free: wl == "v", None, None, 30, os.path.join(tmp, "logs"),
+                                rounds=1, focus=[("w", "a"), ("w", "c"), ("x", "a")], focus_rounds=2)
+nos = {r["config"]: r.get("round_nos") for r in got}
+if errors or nos != {"a": [1, 2, 3], "b": [1], "c": [1, 2, 3]}:
+    failures.append("run_configs schedule: got %r, errors %r" % (nos, errors))
+logs = sorted(os.listdir(os.path.join(tmp, "logs")))
+want_logs = sorted("w.%s.round%d.%s" % (c, n, ext) for c, ns in (("a", (1, 2, 3)), ("b", (1,)), ("c", (1, 2, 3)))
+                   for n in ns for ext in ("out", "err"))
+if logs != want_logs:
+    failures.append("run_configs logs: got %r" % logs)
 
 for f in failures:
     print("test_benchlib: " + f, file=sys.stderr)
