@@ -1,6 +1,6 @@
 #!/bin/bash
 # The seventeenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run17.sh s|t
+#   OUT=DIR bash docs/examples/run17.sh s|t|f
 # The library is 8211ba9's (no src/ change since); what changed is how the
 # framework stages spend their time: one round of every configuration, then
 # rounds of the configurations the time targets compare alone until the
@@ -8,7 +8,12 @@
 # s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy; CuPy,
 #    last, gets what is left of BENCH_BUDGET=560)
 # t: scripts/bench-gpu.sh's PyTorch stage alone, with the whole BENCH_BUDGET=560
-# The two result directories together are docs/results (make_report.py
+# f: where the PyTorch train target's floor lies: the caching allocator,
+#    PyTorch's own cudaMallocAsync backend (the driver's pool calls, made by
+#    PyTorch) and cupool's default settings, train only, 8 interleaved rounds
+#    of each (call t showed cupool at 1.035x in its lowest of 9 processes,
+#    with about 520 allocation/free pairs a step)
+# The two result directories of s and t together are docs/results (make_report.py
 # reads one JSON per stage).  Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -23,6 +28,20 @@ t)
     echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/t.txt | grep -v "^  rc=\|^+ " | tail -70
     rm -rf $OUT/r/t/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 s|t" >&2; exit 2 ;;
+f)
+    build build-gpu
+    timeout 560 python3 bench/torch_bench.py --cupool build-gpu/scripts/cupool \
+        --library build-gpu/.libs/libcupool.so --out $OUT/r/f --configs caching,cudaMallocAsync,nocache-cupool \
+        --workloads train --rounds 8 --focus-rounds 0 >$OUT/r/f.txt 2>&1
+    echo "torch rc $?"
+    python3 - $OUT/r/f/torch.json <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    print(r["workload"], r["config"], " ".join("%.2f" % x for x in r.get("rounds_ms", [])),
+          "ratio %.3f paired %.3f" % (r.get("time_ratio") or 0, r.get("time_ratio_paired") or 0))
+PY
+    rm -rf $OUT/r/f/logs
+    ;;
+*) echo "usage: OUT=DIR bash $0 s|t|f" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
