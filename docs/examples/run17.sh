@@ -1,6 +1,6 @@
 #!/bin/bash
 # The seventeenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run17.sh s|t|f
+#   OUT=DIR bash docs/examples/run17.sh s|t|f|x
 # The library is 8211ba9's (no src/ change since); what changed is how the
 # framework stages spend their time: one round of every configuration, then
 # rounds of the configurations the time targets compare alone until the
@@ -13,6 +13,12 @@
 #    PyTorch) and cupool's default settings, train only, 8 interleaved rounds
 #    of each (call t showed cupool at 1.035x in its lowest of 9 processes,
 #    with about 520 allocation/free pairs a step)
+# x: whether the driver's pool reuse policy is what the pool calls cost
+#    PyTorch: the library as it is against a build with
+#    -DCUPOOL_EXPERIMENT_REUSE (its pools set not to reuse opportunistically
+#    nor through internal dependencies: in `ordered` every allocation and
+#    free is on the legacy stream, where the pool reuses in stream order
+#    anyway), train, 6 interleaved rounds with the caching allocator
 # The two result directories of s and t together are docs/results (make_report.py
 # reads one JSON per stage).  Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
@@ -42,6 +48,29 @@ for r in json.load(open(sys.argv[1]))["rows"]:
 PY
     rm -rf $OUT/r/f/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 s|t|f" >&2; exit 2 ;;
+x)
+    build build-gpu & build build-x -DCUPOOL_EXPERIMENT_REUSE & wait
+    for round in 1 2 3 4 5 6; do
+        for v in caching build-gpu build-x; do
+            if [ $v = caching ]; then
+                timeout 60 python3 bench/torch_bench.py --worker caching --workload train
+            else
+                PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 60 $v/scripts/cupool --library $v/.libs/libcupool.so -- \
+                    python3 bench/torch_bench.py --worker nocache-cupool --workload train
+            fi | python3 -c "import json,sys; r=json.loads(sys.stdin.read().splitlines()[-1]); print('$v', $round, '%.3f' % r['ms_median'], r['peak_mib'])"
+        done
+    done 2>$OUT/r/x.err | tee $OUT/r/x.txt
+    python3 - $OUT/r/x.txt <<'PY'
+import sys, collections
+ms = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    v, rnd, t, peak = line.split()
+    ms[v].append(float(t))
+ref = min(ms["caching"])
+for v, ts in ms.items():
+    print("%-10s lowest %.3f (%.3fx caching)  all %s" % (v, min(ts), min(ts) / ref, " ".join("%.2f" % t for t in ts)))
+PY
+    ;;
+*) echo "usage: OUT=DIR bash $0 s|t|f|x" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
