@@ -1,6 +1,6 @@
 #!/bin/bash
 # The seventeenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run17.sh s|t|f|x
+#   OUT=DIR bash docs/examples/run17.sh s|t|f|x|y
 # The library is 8211ba9's (no src/ change since); what changed is how the
 # framework stages spend their time: one round of every configuration, then
 # rounds of the configurations the time targets compare alone until the
@@ -19,6 +19,9 @@
 #    nor through internal dependencies: in `ordered` every allocation and
 #    free is on the legacy stream, where the pool reuses in stream order
 #    anyway), train, 6 interleaved rounds with the caching allocator
+# y: x again, cupool's two builds alone (4 interleaved rounds), then make
+#    check on the real driver with the experimental build (its pools reuse
+#    less: the out-of-memory test's 99% must still hold)
 # The two result directories of s and t together are docs/results (make_report.py
 # reads one JSON per stage).  Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
@@ -71,6 +74,19 @@ for v, ts in ms.items():
     print("%-10s lowest %.3f (%.3fx caching)  all %s" % (v, min(ts), min(ts) / ref, " ".join("%.2f" % t for t in ts)))
 PY
     ;;
-*) echo "usage: OUT=DIR bash $0 s|t|f|x" >&2; exit 2 ;;
+y)
+    build build-gpu & build build-x -DCUPOOL_EXPERIMENT_REUSE & wait
+    for round in 1 2 3 4; do
+        for v in build-x build-gpu; do
+            PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 60 $v/scripts/cupool --library $v/.libs/libcupool.so -- \
+                python3 bench/torch_bench.py --worker nocache-cupool --workload train |
+                python3 -c "import json,sys; r=json.loads(sys.stdin.read().splitlines()[-1]); print('$v', $round, '%.3f' % r['ms_median'], r['peak_mib'])"
+        done
+    done 2>$OUT/r/y.err | tee $OUT/r/y.txt
+    ( cd build-x && timeout 150 make -j8 -k check CUPOOL_TEST_DRIVER=real ) >$OUT/r/y-check.txt 2>&1
+    echo "check rc $?: $(grep -E '^(PASS|FAIL|SKIP|ERROR):' $OUT/r/y-check.txt | tr '\n' ' ')"
+    grep -h "largest\|99" build-x/tests/test_oom.log 2>/dev/null | head -5
+    ;;
+*) echo "usage: OUT=DIR bash $0 s|t|f|x|y" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
