@@ -116,13 +116,6 @@ static cupool_device_t *device_get(int ordinal)
         return dev;
     }
     for (int i = 0; i < dev->npools; i++) set_threshold(dev->pools[i]);
-#ifdef CUPOOL_EXPERIMENT_REUSE
-    for (int i = 0; i < dev->npools; i++) {
-        int off = 0;
-        real_cuMemPoolSetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off);
-        real_cuMemPoolSetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &off);
-    }
-#endif
     dev->pooled = 1;
     cupool_message(CUPOOL_MSG_INFO, "device %d: %d pool(s), policy %s", ordinal, dev->npools,
                    cupool_option_string(CUPOOL_OPT_POLICY));

@@ -14,14 +14,18 @@
 #    of each (call t showed cupool at 1.035x in its lowest of 9 processes,
 #    with about 520 allocation/free pairs a step)
 # x: whether the driver's pool reuse policy is what the pool calls cost
-#    PyTorch: the library as it is against a build with
+#    PyTorch (run at a4f4b07, the only commit with the switch; removed after y
+#    found no difference): the library as it is against a build with
 #    -DCUPOOL_EXPERIMENT_REUSE (its pools set not to reuse opportunistically
 #    nor through internal dependencies: in `ordered` every allocation and
 #    free is on the legacy stream, where the pool reuses in stream order
 #    anyway), train, 6 interleaved rounds with the caching allocator
 # y: x again, cupool's two builds alone (4 interleaved rounds), then make
 #    check on the real driver with the experimental build (its pools reuse
-#    less: the out-of-memory test's 99% must still hold)
+#    less: the out-of-memory test's 99% must still hold).  Four tests failed
+#    there with CUDA_ERROR_OUT_OF_MEMORY from cuDevicePrimaryCtxRetain:
+#    make -j8 ran them beside test_oom, which takes the whole GPU
+#    (scripts/gpu-tests.sh runs test_oom by itself for that reason)
 # The two result directories of s and t together are docs/results (make_report.py
 # reads one JSON per stage).  Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
