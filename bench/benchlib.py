@@ -196,9 +196,9 @@ def run_configs(script, bench, configs, workloads, worker_args, config_env, conf
     (all of them in "rounds_ms", their numbers in "round_nos").  Then up to
     focus_rounds further rounds run the (workload, config) pairs of `focus`
     alone, interleaved the same way, while $BENCH_DEADLINE leaves time: the
-    configurations the targets compare, whose processes land in a fast or a
-    slow state by chance, get the most runs the stage can afford.  Returns
-    (rows, errors)."""
+    configurations the targets compare, whose time moves from one process to
+    the next, get the most runs the stage can afford.  Returns (rows,
+    errors)."""
     schedule = [(n, wl, config) for n in range(1, max(1, rounds) + 1) for wl in workloads for config in configs]
     wanted = [(wl, config) for wl, config in focus if wl in workloads and config in configs]
     schedule += [(n, wl, config) for n in range(max(1, rounds) + 1, max(1, rounds) + 1 + focus_rounds)

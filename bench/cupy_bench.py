@@ -16,9 +16,9 @@ Configurations (each in its own process):
 
 Target: nopool-cupool within 1.02x of pool on the default stream.  Every
 configuration runs --rounds times, interleaved; then those two up to
---focus-rounds more times while $BENCH_DEADLINE leaves time (a process's
-time moves by 20% and more from one to the next: 0.50-0.55 ms for the pool in
-four processes of the sixteenth session).  Ratios as in torch_bench.py.
+--focus-rounds more times while $BENCH_DEADLINE leaves time (an iteration's
+time moves from one process to the next: 0.34-0.65 ms with CuPy's pool in
+nine processes of the seventeenth session).  Ratios as in torch_bench.py.
 """
 
 import argparse
@@ -125,7 +125,8 @@ def main():
         os.path.abspath(__file__), "cupy", [c for c in args.configs.split(",") if c], workloads,
         ["--iters", str(args.iters), "--passes", str(args.passes)],
         lambda config: {}, config_free, lambda wl, free: wl == "stream" and free == "ordered",
-        args.cupool, lib, args.timeout, os.path.join(args.out, "logs", "cupy"), args.rounds, FOCUS, args.focus_rounds)
+        args.cupool, lib, args.timeout, os.path.join(args.out, "logs", "cupy"), args.rounds, FOCUS,
+        args.focus_rounds)
     checks = B.compare_to_reference("cupy", rows, workloads, REFERENCE, "pool", lambda wl: "checksum", "checksum",
                                     1e-12, 1e-6, lambda wl: "iteration")
     targets = [B.target("cupy (default stream): nopool+cupool / CuPy pool, time",

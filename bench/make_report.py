@@ -335,7 +335,8 @@ def main():
     p.append("## CuPy\n")
     p.append("Elementwise chains, reductions and matmuls over a seeded list of 200 square shapes "
              "(256–2048) per pass, median of 5 passes after a warm-up pass; *default* on CuPy's legacy "
-             "default stream, *stream* in a non-blocking `cupy.cuda.Stream`.%s\n" % rounds_sentence(results, "cupy"))
+             "default stream, *stream* in a non-blocking `cupy.cuda.Stream`.%s\n"
+             % rounds_sentence(results, "cupy"))
     p.append(section_framework(results, "cupy", "pool", "CuPy's memory pool", "ms per iteration"))
     p.append("## CUDA runtime program: `bench/loop.cu`\n")
     p.append("`cudaMalloc`/`cudaFree` of two buffers per stream and iteration around three kernels on two "

@@ -20,9 +20,11 @@ Time: median per step (train) or per forward (infer) with a
 torch.cuda.synchronize() around each timed unit; every configuration runs
 --rounds times (interleaved with the others), then the four the time targets
 compare (caching and nocache-cupool of train and train-stream) up to
---focus-rounds more times while $BENCH_DEADLINE leaves time: a process lands
-in a fast or a slow state (15.4 against 17-18 ms a step on the H200, for any
-allocator), so a ratio is only as good as the number of processes behind it.
+--focus-rounds more times while $BENCH_DEADLINE leaves time: a step's time
+moves from one process to the next (train on the H200, seventeenth session:
+cupool 15.8-17.6 ms, PyTorch's cudaMallocAsync 15.8-18.2, the caching
+allocator mostly 15.3-16.0), so a ratio is only as good as the number of
+processes behind it.
 Each configuration keeps its lowest median (a ratio: lowest against lowest
 over the rounds both ran); the "paired" ratio is the median over the rounds
 of its time over the caching allocator's in the same round.  Peak memory: device memory
@@ -190,7 +192,8 @@ def main():
         ["--steps", str(args.steps), "--warmup", str(args.warmup), "--passes", str(args.passes),
          "--infer-shapes", str(args.infer_shapes)],
         config_env, config_free, lambda wl, free: wl == "train-stream" and free == "ordered",
-        args.cupool, lib, args.timeout, os.path.join(args.out, "logs", "torch"), args.rounds, FOCUS, args.focus_rounds)
+        args.cupool, lib, args.timeout, os.path.join(args.out, "logs", "torch"), args.rounds, FOCUS,
+        args.focus_rounds)
     checks = B.compare_to_reference("torch", rows, workloads, REFERENCE, "caching",
                                     lambda wl: "loss" if wl != "infer" else "checksum", "result", 1e-6, 1e-2,
                                     lambda wl: "forward" if wl == "infer" else "step")
