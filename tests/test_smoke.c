@@ -70,12 +70,7 @@ static void *late_thread(void *ctx)
 
 int main(void)
 {
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK_CU(cuInit(0));
-    CHECK_CU(cuDeviceGet(&dev, 0));
-    CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK_CU(cuCtxSetCurrent(ctx));
+    CUcontext ctx = tl_init(0);
     cupool_stats_t s;
     CUdeviceptr p;
     CHECK_CU(cuMemAlloc(&p, 1 << 20));

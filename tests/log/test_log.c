@@ -31,7 +31,7 @@
  * Each child's standard output goes to DIR/MODE.out, where it reports what
  * the parent cannot see (a result name, a pid, a count).
  */
-#include "../check.h"
+#include "../testlib.h"
 #include "../../src/tools/jsonl.h"
 
 #include <dirent.h>
@@ -59,20 +59,9 @@ static CUcontext volume_ctx;
 
 /* ---- the children ------------------------------------------------------- */
 
-static CUcontext start_cuda(void)
-{
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK_CU(cuInit(0));
-    CHECK_CU(cuDeviceGet(&dev, 0));
-    CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK_CU(cuCtxSetCurrent(ctx));
-    return ctx;
-}
-
 static int child_calls(void)
 {
-    start_cuda();
+    tl_init(0);
     CUdeviceptr p[NPOOLED + NNATIVE];
     for (size_t i = 0; i < NPOOLED; i++) CHECK_CU(cuMemAlloc(&p[i], pooled_sizes[i]));
     for (size_t i = 0; i < NNATIVE; i++) CHECK_CU(cuMemAlloc(&p[NPOOLED + i], native_sizes[i]));
@@ -85,7 +74,7 @@ static int child_calls(void)
 
 static int child_fork(char *self)
 {
-    start_cuda();
+    tl_init(0);
     CUdeviceptr p;
     CHECK_CU(cuMemAlloc(&p, 4096));
     fflush(stdout);
@@ -107,7 +96,7 @@ static int child_fork(char *self)
 
 static int child_forked(void)
 {
-    start_cuda();
+    tl_init(0);
     CUdeviceptr a, b;
     CHECK_CU(cuMemAlloc(&a, 111));
     CHECK_CU(cuMemAlloc(&b, 222));
@@ -118,7 +107,7 @@ static int child_forked(void)
 
 static int child_level(void)
 {
-    start_cuda();
+    tl_init(0);
     CUdeviceptr p[3], q;
     for (int i = 0; i < 3; i++) CHECK_CU(cuMemAlloc(&p[i], 1000 * (size_t)(i + 1)));
     for (int i = 0; i < 3; i++) CHECK_CU(cuMemFree(p[i]));
@@ -134,7 +123,7 @@ static int child_level(void)
 
 static int child_live(void)
 {
-    start_cuda();
+    tl_init(0);
     for (int i = 0; i < 3; i++) {
         CUdeviceptr p;
         CHECK_CU(cuMemAlloc(&p, LIVE_SIZE));
@@ -177,7 +166,7 @@ static void late_calls(void)
 static int child_late(void)
 {
     CHECK_EQ(atexit(late_calls), 0);
-    start_cuda();
+    tl_init(0);
     CUdeviceptr p;
     CHECK_CU(cuMemAlloc(&p, 1000));
     CHECK_CU(cuMemFree(p));
@@ -215,7 +204,7 @@ static void *volume_thread(void *arg)
 
 static int child_volume(void)
 {
-    volume_ctx = start_cuda();
+    volume_ctx = tl_init(0);
     pthread_t t[VOLUME_THREADS];
     for (int k = 0; k < VOLUME_THREADS; k++)
         CHECK_EQ(pthread_create(&t[k], NULL, volume_thread, (void *)(intptr_t)k), 0);
@@ -274,7 +263,7 @@ static void *ending_thread(void *arg)
 
 static int child_ending(void)
 {
-    volume_ctx = start_cuda();
+    volume_ctx = tl_init(0);
     CHECK_EQ(pthread_key_create(&ending_key, ending_destructor), 0);
     pthread_t t[ENDING_THREADS];
     for (int k = 0; k < ENDING_THREADS; k++)
@@ -318,7 +307,7 @@ static int child_cancel(void)
     int fds[2];
     CHECK_EQ(pipe(fds), 0);
     CHECK_EQ(dup2(fds[1], STDERR_FILENO), STDERR_FILENO);
-    CUcontext ctx = start_cuda();
+    CUcontext ctx = tl_init(0);
     pthread_t t, d;
     CHECK_EQ(pthread_create(&t, NULL, cancelled_thread, ctx), 0);
     /* Until the pipe, and then cupool's writer queue, fill and the thread
@@ -373,7 +362,7 @@ static void *exiting_thread(void *arg)
 
 static int child_exit(void)
 {
-    CUcontext ctx = start_cuda();
+    CUcontext ctx = tl_init(0);
     pthread_t a, b;
     CHECK_EQ(pthread_create(&a, NULL, allocating_thread, ctx), 0);
     CHECK_EQ(pthread_create(&b, NULL, exiting_thread, NULL), 0);

@@ -1,14 +1,13 @@
 /*
  * Helpers shared by the graph-memset tests: re-executing the test with the
- * environment it needs (automake's test environment is global), a context,
- * cupool's statistics, graph launch, and host-side reference fills with
+ * environment it needs (automake's test environment is global), cupool's
+ * statistics, graph launch, and host-side reference fills with
  * guard bytes around them.
  */
 #ifndef CUPOOL_MEMSET_TEST_H
 #define CUPOOL_MEMSET_TEST_H
 
-#include "../check.h"
-#include "cupool.h"
+#include "../testlib.h"
 
 #include <stdint.h>
 #include <unistd.h>
@@ -21,17 +20,6 @@ static inline void memset_test_reexec(char **argv, const char *name, const char 
     setenv(name, value, 1);
     execv("/proc/self/exe", argv);
     CHECK_FAIL("cannot re-execute %s with %s=%s", argv[0], name, value);
-}
-
-static inline CUcontext memset_test_context(void)
-{
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK_CU(cuInit(0));
-    CHECK_CU(cuDeviceGet(&dev, 0));
-    CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK_CU(cuCtxSetCurrent(ctx));
-    return ctx;
 }
 
 /* cupool's rewritten-memset count on device 0 (-1 without cupool). */

@@ -87,7 +87,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     memset_test_reexec(argv, "CUPOOL_MEMSET", "kernel");
-    ctx = memset_test_context();
+    ctx = tl_init(0);
     int cupool = check_cupool_loaded();
     if (!cupool) {
         fprintf(stderr, "cupool is not loaded: nothing to test\n");

@@ -62,7 +62,7 @@ static CUgraphNode add(CUgraph g, region_t *r, size_t offset, unsigned es, size_
 static int child(const char *phase)
 {
     int bug = strcmp(phase, "bug") == 0, native = strcmp(phase, "native") == 0;
-    CUcontext ctx = memset_test_context();
+    CUcontext ctx = tl_init(0);
     CUstream stream;
     CHECK_CU(cuStreamCreate(&stream, 0));
     int cupool = check_cupool_loaded();

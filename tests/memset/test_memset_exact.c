@@ -105,7 +105,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     memset_test_reexec(argv, "CUPOOL_MEMSET", "kernel");
-    ctx = memset_test_context();
+    ctx = tl_init(0);
     if (!check_cupool_loaded()) {
         fprintf(stderr, "cupool is not loaded: nothing to test\n");
         return CHECK_SKIP;
