@@ -199,10 +199,10 @@ def run_configs(script, bench, configs, workloads, worker_args, config_env, conf
     configurations the targets compare, whose time moves from one process to
     the next, get the most runs the stage can afford.  Returns (rows,
     errors)."""
-    schedule = [(n, wl, config) for n in range(1, max(1, rounds) + 1) for wl in workloads for config in configs]
+    full = max(1, rounds)
+    schedule = [(n, wl, config) for n in range(1, full + 1) for wl in workloads for config in configs]
     wanted = [(wl, config) for wl, config in focus if wl in workloads and config in configs]
-    schedule += [(n, wl, config) for n in range(max(1, rounds) + 1, max(1, rounds) + 1 + focus_rounds)
-                 for wl, config in wanted]
+    schedule += [(n, wl, config) for n in range(full + 1, full + 1 + focus_rounds) for wl, config in wanted]
     several = len(set(n for n, _, _ in schedule)) > 1
     best, errors = {}, []
     for round_no, wl, config in schedule:

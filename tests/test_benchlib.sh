@@ -58,8 +58,9 @@ if not all(c["ok"] for c in checks):
 
 # run_configs: one full round of a, b and c, then two rounds of the focus
 # pairs alone (b is skipped by skip()); the logs name every round.
-import json, os, tempfile
+import atexit, json, os, shutil, tempfile
 tmp = tempfile.mkdtemp()
+atexit.register(shutil.rmtree, tmp, True)
 fake = os.path.join(tmp, "fake_worker.py")
 with open(fake, "w") as f:
     f.write("import json, sys\n"
