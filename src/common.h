@@ -156,6 +156,8 @@ const char *cupool_result_name(CUresult result);
     X(LIMIT, "CUPOOL_LIMIT", SIZE, "unlimited", NULL, "bytes per device the pools may hold; beyond it allocations go native") \
     X(DEFERRED_READY, "CUPOOL_DEFERRED_READY", SIZE, "1G", NULL,                                              \
       "deferred: bytes of freed blocks, their users done, a context keeps for the next allocation of their size") \
+    X(ORDERED_READY, "CUPOOL_ORDERED_READY", SIZE, "1G", NULL,                                                \
+      "ordered: bytes of freed blocks a context keeps for the next allocation of their size") \
     X(DEFERRED_FENCE, "CUPOOL_DEFERRED_FENCE", ENUM, "auto", "auto|context|streams",                         \
       "deferred: what a fence records: one event for the whole context (cuCtxRecordEvent), one per stream, or the first unless a CUDA tool is attached") \
     X(DRIVER_QUEUE, "CUPOOL_DRIVER_QUEUE", ENUM, "auto", "auto|on|off",                                        \
@@ -279,7 +281,8 @@ CUresult cupool_missing(const char *name);
 typedef struct cupool_device_stats {
     atomic_ullong in_use, peak_in_use, peak_reserved; /* only while timing */
     atomic_ullong trims, oom_retries, rewritten_memsets;
-    atomic_ullong ready_reuses; /* deferred allocations served by a ready block (deferred.c) */
+    atomic_ullong ready_reuses; /* allocations served by a block of their size freed earlier (deferred.c) */
+    atomic_ullong ordered_fences; /* events recorded on the legacy stream so that such a block can serve (deferred.c) */
     atomic_ullong queued_calls; /* pool calls made for a waiting thread, only while timing (queue.c) */
 } cupool_device_stats_t;
 

@@ -200,6 +200,7 @@ void cupool_synchronize_switch(cupool_context_t *c)
     cupool_relaxed_end(previous);
     cupool_leave_context(pushed);
     c->sync_due = 0;
+    if (r == CUDA_SUCCESS) cupool_deferred_synchronized(c);
     if (r != CUDA_SUCCESS)
         cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
                        cupool_result_name(r));
@@ -217,7 +218,9 @@ static void promote(cupool_context_t *c, int mode)
         else cupool_synchronize_switch(c);
     }
     atomic_store(&c->mode, mode);
-    if (old == CUPOOL_FREE_DEFERRED) cupool_deferred_return_ready(c);
+    /* `sync` keeps no freed blocks; `deferred` keeps those `ordered` kept,
+     * their users done once the switch has synchronized. */
+    if (mode == CUPOOL_FREE_SYNC) cupool_deferred_return_ready(c);
     /* The fast paths serve `ordered` and `sync` alone: after a move to
      * `deferred` they stay off from now on. */
     if (mode == CUPOOL_FREE_DEFERRED) atomic_store(&cupool_hot.fast, 0);
@@ -416,6 +419,7 @@ static void teardown_current(cupool_context_t *c)
     }
     if (c->fence_stream) real_cuStreamDestroy_v2(c->fence_stream);
     if (c->scratch_event) real_cuEventDestroy_v2(c->scratch_event);
+    if (c->ordered_fence) real_cuEventDestroy_v2(c->ordered_fence);
     for (int i = 0; i < c->nspare; i++) real_cuEventDestroy_v2(c->spare_events[i]);
     cupool_relaxed_end(previous);
 }

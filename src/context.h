@@ -87,6 +87,9 @@ typedef struct cupool_context {
     struct ready_size *ready_sizes;          /* deferred blocks ready for reuse, by size (deferred.c) */
     deferred_block_t *ready_oldest, *ready_newest;
     uint64_t ready_bytes;
+    uint64_t fences;                         /* ordered fences recorded and synchronizations made so far (deferred.c) */
+    uint64_t synced_fences;                  /* ... as counted at the last synchronization of the context */
+    CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
     struct cupool_context *next;             /* registry chain */
     cupool_queue_t queue;
 } __attribute__((aligned(64))) cupool_context_t;
@@ -160,27 +163,39 @@ static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
     return cupool_hot.free_async(ptr, CU_STREAM_LEGACY);
 }
 
+/* Whether `ordered` keeps freed blocks for reuse (CUPOOL_ORDERED_READY not 0). */
+static inline int cupool_ordered_ready_on(void)
+{
+    return cupool_option_started(CUPOOL_OPT_ORDERED_READY) != 0;
+}
+/* Serves an `ordered` allocation (no capture in progress, the context
+ * current) from a block of this size the context freed earlier; 1 when
+ * *dptr is such a block (still in the origin table, marked freed). */
+int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
+
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
 
 /* Free paths (memory.c calls these with the block's context current). */
-/* Whether a free of this block now is deferred (the block stays in the
- * origin table until it goes back to its pool). */
-int cupool_free_is_deferred(const cupool_origin_t *o);
-/* Frees a block the program freed, as cupool_free_is_deferred decided.
+/* Whether cupool keeps this block when the program frees it now: a
+ * `deferred` free, a free during a capture, or an `ordered` free kept for
+ * reuse (the block stays in the origin table, marked freed, until it goes
+ * back to its pool). */
+int cupool_free_keeps_block(const cupool_origin_t *o);
+/* Frees a block the program freed, as cupool_free_keeps_block decided.
  * Inline for `ordered`, the common case; the other modes and a failed free
  * (the block then stays the program's) are out of line. */
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred);
+CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int kept);
 /* A free the driver refused: warns, and the block stays the program's. */
 CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
 /* The free of `sync` (the block's context current, no capture in
  * progress): the context synchronized, then the block on the legacy
  * stream; a refused free leaves the block the program's. */
 CUresult cupool_free_sync(const cupool_origin_t *o);
-static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int kept)
 {
-    if (deferred || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
-        return cupool_free_block_slow(c, o, deferred);
+    if (kept || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
+        return cupool_free_block_slow(c, o, kept);
     /* On the legacy stream: ordered after the legacy, blocking and
      * per-thread streams' uses in stream order too, not only in time. */
     CUresult r = cupool_ordered_free(c, o->ptr);
@@ -221,6 +236,9 @@ static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
     return c->ready_bytes;
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
+/* The context has synchronized: the users of every block it keeps are done
+ * (blocks freed in `ordered` then serve `deferred` too). */
+void cupool_deferred_synchronized(cupool_context_t *c);
 /* Frees the deferred-free records a context keeps for reuse (its teardown). */
 void cupool_deferred_free_spares(cupool_context_t *c);
 /* Whether cupool_reclaim has anything to do for a context (a switch out of

@@ -1,6 +1,8 @@
 /*
- * How a free is carried out in each free mode (context.h): `ordered` and
- * `sync` hand the block straight back to its pool; `deferred` keeps it until
+ * How a free is carried out in each free mode (context.h): `sync` hands the
+ * block straight back to its pool, and so does `ordered` unless it keeps the
+ * block for the context's next allocation of its size (see "ordered reuse"
+ * below); `deferred` keeps it until
  * events recorded on every stream that could still use it have completed,
  * polling them on later calls and never making the host wait (unless the
  * memory waiting grows past a cap); a free made while a stream capture is in
@@ -13,6 +15,7 @@
 #include "context.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 /* A block the ready store cannot index (no host memory for uthash's
  * buckets) goes back to its pool instead: never uthash's exit(). */
@@ -25,7 +28,9 @@ struct deferred_block {
     size_t size;
     deferred_block_t *next;               /* in its pending, batch or held list, or its size's ready list */
     deferred_block_t *older, *newer;      /* ready: the context's ready blocks, oldest first */
-    uint64_t fenced_ns;                   /* ready: when its batch's fence was recorded */
+    uint64_t fenced_ns;                   /* ready: when its batch's fence was recorded (ordered: its free) */
+    uint64_t due;                         /* ready: 0 when its users are done; freed in `ordered`, the count of
+                                             c->fences from which it may serve (see "ordered reuse") */
 };
 
 /* The ready blocks of one size, oldest first. */
@@ -189,13 +194,17 @@ static CUresult give_back(CUdeviceptr ptr, CUstream stream)
  * that size still waiting for its fence, not a size the program dropped. */
 #define READY_MAX_AGE_NS 1000000000ull
 
-/* The most the store keeps now: CUPOOL_DEFERRED_READY (0 turns it off), no
- * more than a pool keeps across synchronizations (CUPOOL_RELEASE_THRESHOLD),
- * and no more than CUPOOL_LIMIT leaves beside the blocks in use on the
- * device (the count CUPOOL_LIMIT keeps). */
+/* The most the store keeps now: CUPOOL_DEFERRED_READY or
+ * CUPOOL_ORDERED_READY as the context's mode says (0 turns it off; `sync`
+ * keeps nothing), no more than a pool keeps across synchronizations
+ * (CUPOOL_RELEASE_THRESHOLD), and no more than CUPOOL_LIMIT leaves beside
+ * the blocks in use on the device (the count CUPOOL_LIMIT keeps). */
 static uint64_t ready_cap(const cupool_context_t *c)
 {
-    uint64_t cap = cupool_option_started(CUPOOL_OPT_DEFERRED_READY);
+    int mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    uint64_t cap = mode == CUPOOL_FREE_DEFERRED  ? cupool_option_started(CUPOOL_OPT_DEFERRED_READY)
+                   : mode == CUPOOL_FREE_ORDERED ? cupool_option_started(CUPOOL_OPT_ORDERED_READY)
+                                                 : 0;
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
     uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (threshold < cap) cap = threshold;
@@ -231,16 +240,40 @@ static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
     return b;
 }
 
-/* Hands one block, no longer anywhere in cupool's lists, back to its pool.
- * c->lock held. */
+/* Whether the users of a block in the store may still be running: freed
+ * in `ordered`, and the context not synchronized since.  c->lock held. */
+static int ready_block_busy(const cupool_context_t *c, const deferred_block_t *b)
+{
+    return b->due > c->synced_fences;
+}
+
+/* Hands one block, no longer anywhere in cupool's lists, back to its pool,
+ * on `stream` once its users are done; c->lock held, c->ctx current.  A
+ * block whose users may still run goes back on the legacy stream, after
+ * them in stream order, as `ordered` frees; but while a capture is in
+ * progress, which the legacy stream would disturb, it waits with the frees
+ * held for the capture's end (release_held waits for their users). */
 static void release_block(cupool_context_t *c, deferred_block_t *b, CUstream stream)
 {
-    /* The record leaves the origin table first: once the pool has the
-     * block, another thread may be handed the same address. */
-    cupool_origin_t gone;
-    cupool_origin_remove(b->ptr, &gone);
-    give_back(b->ptr, stream);
-    give_record(&c->spare_blocks, b);
+    int gated = ready_block_busy(c, b), hold = 0;
+    if (CUPOOL_UNLIKELY(gated)) {
+        cupool_capture_gate_enter();
+        hold = atomic_load(&cupool_hot.captures) > 0;
+        stream = CU_STREAM_LEGACY;
+    }
+    if (hold) {
+        b->due = 0;
+        b->next = c->held;
+        c->held = b;
+    } else {
+        /* The record leaves the origin table first: once the pool has the
+         * block, another thread may be handed the same address. */
+        cupool_origin_t gone;
+        cupool_origin_remove(b->ptr, &gone);
+        give_back(b->ptr, stream);
+        give_record(&c->spare_blocks, b);
+    }
+    if (gated) cupool_capture_gate_leave();
 }
 
 /* Hands a list of blocks back to the pool; their users are all done.
@@ -305,12 +338,14 @@ static void ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_
     c->ready_bytes += b->size;
 }
 
-/* Takes a ready block of exactly this size; 0 when there is none.
+/* Takes a ready block of exactly this size for `deferred`; 0 when there is
+ * none.  A block freed in `ordered` serves only once the context has
+ * synchronized since its free (the move out of `ordered` does).
  * c->lock held. */
 static CUdeviceptr ready_take(cupool_context_t *c, size_t size)
 {
     struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
-    if (!rs) return 0;
+    if (!rs || ready_block_busy(c, rs->oldest)) return 0;
     deferred_block_t *b = ready_pop(c, rs);
     CUdeviceptr ptr = b->ptr;
     give_record(&c->spare_blocks, b);
@@ -321,7 +356,7 @@ static CUdeviceptr ready_take(cupool_context_t *c, size_t size)
  * (0: everything) or its age.  c->lock held. */
 static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream)
 {
-    while (c->ready_oldest && (c->ready_bytes > cap || now_ns - c->ready_oldest->fenced_ns > READY_MAX_AGE_NS))
+    while (c->ready_oldest && (c->ready_bytes > cap || now_ns > c->ready_oldest->fenced_ns + READY_MAX_AGE_NS))
         ready_evict_oldest(c, stream);
 }
 
@@ -423,6 +458,122 @@ static CUresult record_fence_gated(cupool_context_t *c, CUevent fence)
     return r;
 }
 
+/* ---- ordered reuse ----------------------------------------------------------
+ * An `ordered` allocation and free cost two pool calls on the legacy stream
+ * (0.7-1.2 us a pair on the H200), and PyTorch makes about 520 pairs in a
+ * training step (2.4-4.1% of it; docs/examples/README.md, seventeenth
+ * session).  A freed block need not leave cupool's hands to serve the
+ * context's next allocation of its size: what that needs is order, not
+ * completion.  `ordered` holds while every user of the context's memory is
+ * on the legacy, a blocking or a per-thread stream; an operation on the
+ * legacy stream waits for all the work they were given before it, and all
+ * the work they are given after it waits for it.  So once one operation has
+ * been enqueued on the legacy stream after a free, whatever the program
+ * enqueues later runs after every use of the block made before the free.
+ *
+ * A free in `ordered` therefore puts the block in the context's ready
+ * store, noting the count of such operations it must see pass
+ * (c->fences + 1, its `due`).  An allocation of its size takes the oldest
+ * block of that size, first recording an event on the legacy stream (an
+ * ordered fence, 0.3 us) when none has been recorded since that block's
+ * free: one fence serves every block freed before it.  A block the store
+ * hands back to its pool goes on the legacy stream, as `ordered` frees.  A
+ * synchronization of the context (the move out of `ordered`, teardown)
+ * completes every user: the blocks then serve `deferred` as well.  The
+ * store's rules are deferred's (cap CUPOOL_ORDERED_READY, age, limit,
+ * out-of-memory, cuMemGetInfo), and so is its price: a block waits for its
+ * own size where the pool could have served any smaller request from it. */
+
+/* The store's clock in `ordered`, which reads it at every allocation and
+ * free it serves: a coarse one (steps of a few ms, a few ns a read) is
+ * enough for READY_MAX_AGE_NS. */
+static uint64_t coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Records an ordered fence after every free made so far in the context;
+ * 0 when none could be (a capture in progress, which an operation on the
+ * legacy stream would disturb, or a driver error).  c->lock held, c->ctx
+ * current. */
+static int record_ordered_fence(cupool_context_t *c)
+{
+    CUresult r = CUDA_SUCCESS;
+    if (!c->ordered_fence) r = real_cuEventCreate(&c->ordered_fence, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) c->ordered_fence = NULL;
+    if (r == CUDA_SUCCESS) {
+        cupool_capture_gate_enter();
+        r = atomic_load(&cupool_hot.captures) > 0 ? CAPTURE_IN_PROGRESS
+                                                  : real_cuEventRecord(c->ordered_fence, CU_STREAM_LEGACY);
+        cupool_capture_gate_leave();
+    }
+    if (r == CUDA_SUCCESS) {
+        c->fences++;
+        atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ordered_fences, 1, memory_order_relaxed);
+        return 1;
+    }
+    if (r != CAPTURE_IN_PROGRESS)
+        cupool_message_once(CUPOOL_MSG_WARN, "cannot record an event on the legacy stream (%s); ordered allocations "
+                                             "use the pool instead of freed blocks",
+                            cupool_result_name(r));
+    return 0;
+}
+
+int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
+{
+    /* Read without the lock: an empty store costs no lock. */
+    if (!c->ready_oldest) return 0;
+    CUdeviceptr ptr = 0;
+    pthread_mutex_lock(&c->lock);
+    struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
+    if (rs && (rs->oldest->due <= c->fences || record_ordered_fence(c))) {
+        deferred_block_t *b = ready_pop(c, rs);
+        ptr = b->ptr;
+        give_record(&c->spare_blocks, b);
+    }
+    /* Blocks a second old without a taker go back (a program that moved
+     * on to other sizes). */
+    ready_trim(c, UINT64_MAX, coarse_now_ns(), c->private_stream);
+    pthread_mutex_unlock(&c->lock);
+    if (!ptr) return 0;
+    atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
+    *dptr = ptr;
+    return 1;
+}
+
+/* An `ordered` free kept for reuse (no capture in progress, c->ctx
+ * current): into the store, which hands its oldest blocks back past its cap
+ * or age. */
+static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
+{
+    pthread_mutex_lock(&c->lock);
+    deferred_block_t *b = take_record(&c->spare_blocks, sizeof(deferred_block_t));
+    if (b) {
+        uint64_t now_ns = coarse_now_ns();
+        b->ptr = o->ptr;
+        b->size = o->size;
+        b->due = c->fences + 1;
+        ready_put(c, b, now_ns, c->private_stream);
+        ready_trim(c, ready_cap(c), now_ns, c->private_stream);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (b) return CUDA_SUCCESS;
+    /* No host memory for its record: back to the pool at once. */
+    cupool_origin_t gone;
+    cupool_origin_remove(o->ptr, &gone);
+    CUresult r = cupool_ordered_free(c, o->ptr);
+    return r == CUDA_SUCCESS ? r : cupool_free_failed(o, r);
+}
+
+void cupool_deferred_synchronized(cupool_context_t *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->synced_fences = ++c->fences;
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* After a completed fence, makes cupool's private stream wait for it: the
  * wait costs nothing on the GPU but makes the frees that follow
  * stream-ordered after every use, which is what compute-sanitizer's
@@ -493,10 +644,9 @@ static void release_held(cupool_context_t *c)
  * and c->ctx current. */
 static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 {
-    /* The store serves `deferred` allocations alone: in any other mode it
+    /* The store serves `deferred` and `ordered` allocations: in `sync` it
      * only empties. */
-    int deferred = atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
-    uint64_t cap = keep && deferred ? ready_cap(c) : 0;
+    uint64_t cap = keep ? ready_cap(c) : 0;
     if (c->pending && atomic_load(&cupool_hot.captures) == 0) {
         /* The clock is read last: where fences are cheap every free sets
          * its own. */
@@ -595,6 +745,7 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     }
     b->ptr = o->ptr;
     b->size = o->size;
+    b->due = 0; /* back in its pool, or in the store, only once its fence has completed */
     if (held) {
         b->next = c->held;
         c->held = b;
@@ -612,11 +763,13 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     return CUDA_SUCCESS;
 }
 
-int cupool_free_is_deferred(const cupool_origin_t *o)
+int cupool_free_keeps_block(const cupool_origin_t *o)
 {
     /* During a capture neither the legacy stream nor a context-wide
      * synchronization may be touched: the block is held until it ends. */
-    return cupool_capturing() || atomic_load_explicit(&o->owner->mode, memory_order_relaxed) == CUPOOL_FREE_DEFERRED;
+    if (cupool_capturing()) return 1;
+    int mode = atomic_load_explicit(&o->owner->mode, memory_order_relaxed);
+    return mode == CUPOOL_FREE_DEFERRED || (mode == CUPOOL_FREE_ORDERED && cupool_ordered_ready_on());
 }
 
 __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
@@ -633,16 +786,21 @@ CUresult cupool_free_sync(const cupool_origin_t *o)
     return r == CUDA_SUCCESS ? r : restore(o, r);
 }
 
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int deferred)
+CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int kept)
 {
-    if (deferred) return defer(c, o, cupool_capturing());
-    return cupool_free_sync(o);
+    if (!kept) return cupool_free_sync(o);
+    int capturing = cupool_capturing();
+    /* The mode may have moved on since the block was kept: then deferred. */
+    if (!capturing && atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED)
+        return keep_ordered(c, o);
+    return defer(c, o, capturing);
 }
 
 /* Hands back every deferred block of a context whose work is known to be
  * complete, without looking at its events (they may be gone with it). */
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
 {
+    c->synced_fences = ++c->fences;
     while (c->head) {
         deferred_batch_t *batch = c->head;
         c->head = batch->next;

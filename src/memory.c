@@ -49,8 +49,10 @@ static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, C
         cupool_reclaim(c, 0);
         *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     }
-    if (*mode == CUPOOL_FREE_ORDERED && !cupool_capturing())
+    if (*mode == CUPOOL_FREE_ORDERED && !cupool_capturing()) {
+        if (cupool_ordered_reuse(c, size, dptr)) return CUDA_SUCCESS;
         return cupool_ordered_alloc(c, pool, dptr, size);
+    }
     return pool_alloc_private(c, pool, dptr, size);
 }
 
@@ -92,17 +94,22 @@ static inline int fast_mode(const cupool_context_t *c)
     return mode;
 }
 
-/* Serves cuMemAlloc from the pool as the general path does in `ordered`
- * (in stream order on the legacy stream) and `sync` (on cupool's stream,
- * complete before it returns); 1 when served. */
+/* Serves cuMemAlloc as the general path does in `ordered` (a block of its
+ * size the context freed earlier, or from the pool in stream order on the
+ * legacy stream) and `sync` (from the pool on cupool's stream, complete
+ * before it returns); 1 when served. */
 static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
 {
     if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr || !size) return 0;
     cupool_context_t *c = cupool_cached_context();
     int mode;
     if (!c || !c->any_size_pool || !(mode = fast_mode(c)) || cupool_reclaim_due(c)) return 0;
-    CUresult r = CUPOOL_LIKELY(mode == CUPOOL_FREE_ORDERED) ? cupool_ordered_alloc(c, c->any_size_pool, dptr, size)
-                                                           : pool_alloc_private(c, c->any_size_pool, dptr, size);
+    CUresult r = CUDA_SUCCESS;
+    if (CUPOOL_LIKELY(mode == CUPOOL_FREE_ORDERED)) {
+        if (!cupool_ordered_reuse(c, size, dptr)) r = cupool_ordered_alloc(c, c->any_size_pool, dptr, size);
+    } else {
+        r = pool_alloc_private(c, c->any_size_pool, dptr, size);
+    }
     if (r != CUDA_SUCCESS) return 0;
     cupool_origin_t origin = {.ptr = *dptr, .size = size, .owner = c, .pool = c->any_size_pool, .mode = mode};
     if (CUPOOL_UNLIKELY(cupool_origin_insert(&origin) != 0)) {
@@ -113,24 +120,30 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
     return 1;
 }
 
-/* Whether the block's free may be made here at once, in the calling
- * thread's context (arg, its state): the block's context is that one and
- * the fast paths serve it now. */
-static CUPOOL_HOT_PATH int frees_now(const cupool_origin_t *o, const void *current)
+/* What the fast free does with a block (arg: the calling thread's context
+ * state): nothing unless the block's context is that one and the fast
+ * paths serve it now; in `ordered` it keeps the block for reuse unless
+ * CUPOOL_ORDERED_READY=0; otherwise it frees it at once. */
+static CUPOOL_HOT_PATH enum cupool_origin_action fast_free_action(const cupool_origin_t *o, const void *current)
 {
-    return o->owner == current && fast_mode(o->owner);
+    int mode;
+    if (o->owner != current || !(mode = fast_mode(o->owner))) return CUPOOL_ORIGIN_LEAVE;
+    return mode == CUPOOL_FREE_ORDERED && cupool_ordered_ready_on() ? CUPOOL_ORIGIN_KEEP : CUPOOL_ORIGIN_REMOVE;
 }
 
-/* Serves cuMemFree of a block frees_now() allows; 1 when served, *result
- * then holds the driver's answer (a refused free leaves the block the
- * program's, as on the general path). */
+/* Serves cuMemFree of a block fast_free_action() takes; 1 when served,
+ * *result then holds the driver's answer (a refused free leaves the block
+ * the program's, as on the general path). */
 static inline int free_fast(CUdeviceptr dptr, CUresult *result)
 {
     if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr) return 0;
     cupool_context_t *c = cupool_cached_context();
     cupool_origin_t o;
-    if (!c || cupool_origin_take(dptr, &o, frees_now, c) != 0) return 0;
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_SYNC)) {
+    enum cupool_origin_action action = c ? cupool_origin_take(dptr, &o, fast_free_action, c) : CUPOOL_ORIGIN_LEAVE;
+    if (action == CUPOOL_ORIGIN_LEAVE) return 0;
+    if (action == CUPOOL_ORIGIN_KEEP) {
+        *result = cupool_free_block_slow(c, &o, 1);
+    } else if (CUPOOL_UNLIKELY(atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_SYNC)) {
         *result = cupool_free_sync(&o);
     } else {
         *result = cupool_ordered_free(c, dptr);
@@ -170,7 +183,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     if (cupool_origin_insert(&origin) != 0) {
         /* Without a record the free could not find its pool: go native. */
         cupool_message_once(CUPOOL_MSG_WARN, "out of host memory for the origin table; using cuMemAlloc");
-        cupool_free_block(c, &origin, cupool_free_is_deferred(&origin));
+        cupool_free_block(c, &origin, cupool_free_keeps_block(&origin));
         return native_alloc(c, dptr, size, call);
     }
     cupool_device_used(c->device, (int64_t)size);
@@ -235,8 +248,8 @@ static CUresult free_general(CUdeviceptr dptr)
     CUPOOL_SHIM_BEGIN(call, cuMemFree_v2);
     call.ptr = dptr;
     cupool_origin_t o;
-    int deferred = 0;
-    int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o, cupool_free_is_deferred, &deferred) : -1;
+    int kept = 0;
+    int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o, cupool_free_keeps_block, &kept) : -1;
     if (claimed < 0) {
         /* Not ours (or nothing): the driver decides, errors included. */
         call.route = CUPOOL_ROUTE_NATIVE;
@@ -257,7 +270,7 @@ static CUresult free_general(CUdeviceptr dptr)
      * store, whose room under CUPOOL_LIMIT is what the blocks in use leave. */
     cupool_device_used(c->device, -(int64_t)o.size);
     int pushed = cupool_enter_context(c->ctx);
-    CUresult r = cupool_free_block(c, &o, deferred);
+    CUresult r = cupool_free_block(c, &o, kept);
     cupool_leave_context(pushed);
     /* A free that failed left the block the program's. */
     if (r == CUDA_SUCCESS) cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);

@@ -225,20 +225,22 @@ int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const
     return result;
 }
 
-CUPOOL_HOT_PATH int cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out, int (*now)(const cupool_origin_t *, const void *),
-                       const void *arg)
+CUPOOL_HOT_PATH enum cupool_origin_action
+cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out,
+                   enum cupool_origin_action (*action)(const cupool_origin_t *, const void *), const void *arg)
 {
-    if (!ptr) return -1; /* the shards' sentinels */
+    if (!ptr) return CUPOOL_ORIGIN_LEAVE; /* the shards' sentinels */
     shard_t *s = shard_of(ptr);
     shard_lock(s);
     entry_t *e = live(s, ptr);
-    int taken = e && !e->origin.freed && now(&e->origin, arg);
-    if (taken) {
+    enum cupool_origin_action taken = e && !e->origin.freed ? action(&e->origin, arg) : CUPOOL_ORIGIN_LEAVE;
+    if (taken != CUPOOL_ORIGIN_LEAVE) {
         *out = e->origin;
-        retire(s, e);
+        if (taken == CUPOOL_ORIGIN_KEEP) e->origin.freed = 1;
+        else retire(s, e);
     }
     shard_unlock(s);
-    return taken ? 0 : -1;
+    return taken;
 }
 
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)

@@ -17,7 +17,7 @@ typedef struct cupool_origin {
     struct cupool_context *owner;
     CUmemoryPool pool;
     int mode;  /* CUPOOL_FREE_* the block was allocated under */
-    int freed; /* the program freed it; cupool still holds it (deferred) */
+    int freed; /* the program freed it; cupool still holds it (deferred, or kept for reuse) */
 } cupool_origin_t;
 
 /* Records a block; 0 on success, -1 when cupool's own host memory ran out. */
@@ -31,12 +31,19 @@ int cupool_origin_remove(CUdeviceptr ptr, cupool_origin_t *out);
  * block was already freed and is still held (a double free), or -1 when
  * cupool does not know ptr.  *kept says what keep() answered. */
 int cupool_origin_claim(CUdeviceptr ptr, cupool_origin_t *out, int (*keep)(const cupool_origin_t *), int *kept);
-/* The program frees the block starting at ptr, and now() says cupool gives
- * it back at once: under one lock, removes it, copying its record to *out,
- * and returns 0.  Any other block, known or not, stays as it is (-1), for
- * cupool_origin_claim to decide. */
-int cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out, int (*now)(const cupool_origin_t *, const void *),
-                       const void *arg);
+/* What cupool_origin_take does with a block the program frees. */
+enum cupool_origin_action {
+    CUPOOL_ORIGIN_LEAVE,  /* nothing: cupool_origin_claim decides */
+    CUPOOL_ORIGIN_REMOVE, /* the block goes back to its pool at once */
+    CUPOOL_ORIGIN_KEEP,   /* cupool keeps it for a while, marked freed */
+};
+/* The program frees the block starting at ptr, not freed yet: under one
+ * lock, asks action() what to do with it and does that, copying its record
+ * to *out.  Returns the action taken: CUPOOL_ORIGIN_LEAVE for a block
+ * unknown or already freed, which stays as it is. */
+enum cupool_origin_action cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out,
+                                             enum cupool_origin_action (*action)(const cupool_origin_t *, const void *),
+                                             const void *arg);
 /* Copies the record of the block starting at ptr without removing it; 0 if found. */
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
 /* Removes every block owned by a context and not freed, calling fn on each. */

@@ -357,7 +357,8 @@ void cupool_stats_print(void)
         fprintf(out, "cupool:     trims %llu, OOM retries %llu, rewritten memsets %llu\n", LOAD(s->trims),
                 LOAD(s->oom_retries), LOAD(s->rewritten_memsets));
         if (LOAD(s->ready_reuses))
-            fprintf(out, "cupool:     deferred allocations served by a ready block %llu\n", LOAD(s->ready_reuses));
+            fprintf(out, "cupool:     allocations served by a ready block %llu (events recorded for them %llu)\n",
+                    LOAD(s->ready_reuses), LOAD(s->ordered_fences));
         if (LOAD(s->queued_calls))
             fprintf(out, "cupool:     pool calls made for waiting threads by the one in front of the driver queue %llu\n",
                     LOAD(s->queued_calls));

@@ -98,9 +98,17 @@ static int free_again(CUmemoryPool pool, uint64_t used_with_block)
     return again;
 }
 
+/* What a free does with a block, as the mode in force says. */
+enum free_kind {
+    FREED_NOW, /* `sync`: back in the pool at once */
+    KEPT,      /* `ordered`: kept for the next allocation of its size */
+    DEFERRED,  /* `deferred`: back in the pool (or kept) once its users are done */
+};
+
 /* After a free, does the memory in use drop at once, or only later? */
-static void check_free_timing(int expect_deferred)
+static void check_free_timing(enum free_kind kind)
 {
+    int expect_deferred = kind == DEFERRED;
     CUdeviceptr keep, big, drain;
     /* Let earlier deferred frees (some of several MiB) go back first. */
     CHECK_CU(cuCtxSynchronize());
@@ -111,10 +119,11 @@ static void check_free_timing(int expect_deferred)
     CUmemoryPool pool = tl_pool_of(keep);
     CHECK_TRUE(pool != NULL);
     CHECK_TRUE(tl_pool_of(big) == pool);
-    uint64_t before = expect_deferred ? tl_held() : tl_pool_used(pool);
+    uint64_t held_before = tl_held(), pool_before = tl_pool_used(pool);
+    uint64_t before = expect_deferred ? held_before : pool_before;
     CHECK_CU(cuMemFree(big));
-    uint64_t pool_at_free = tl_pool_used(pool);
-    uint64_t at_free = expect_deferred ? tl_held() : tl_pool_used(pool);
+    uint64_t pool_at_free = tl_pool_used(pool), held_at_free = tl_held();
+    uint64_t at_free = expect_deferred ? held_at_free : pool_at_free;
     /* A free may hand back older deferred blocks (all far smaller than
      * 2 MiB at this point): what matters is whether the 4 MiB block went. */
     if (expect_deferred) {
@@ -156,6 +165,20 @@ static void check_free_timing(int expect_deferred)
         if (!free_again(pool, with_big))
             CHECK_FAIL("%s: after cuCtxSynchronize the deferred block is still in use", mode);
         CHECK_CU(cuMemFree(t));
+    } else if (kind == KEPT && sim) {
+        /* Free for the program at once (cuMemGetInfo), still allocated from
+         * the pool, and the next allocation of its size is that block (on
+         * a GPU cuMemGetInfo moves on its own; test_ordered_ready). */
+        if (held_at_free + (2 << 20) >= held_before)
+            CHECK_FAIL("%s: the memory in use did not drop at the free (%llu -> %llu)", mode,
+                       (unsigned long long)held_before, (unsigned long long)held_at_free);
+        if (pool_at_free + (2 << 20) < pool_before)
+            CHECK_FAIL("%s: the block went back to the pool at its free: not kept for reuse", mode);
+        CUdeviceptr again;
+        CHECK_CU(cuMemAlloc(&again, 4 << 20));
+        CHECK_EQ(again, big);
+        CHECK_EQ(tl_pool_used(pool), pool_at_free);
+        CHECK_CU(cuMemFree(again));
     } else if (sim) {
         /* The simulator runs the stream-ordered free at once. */
         if (at_free + (2 << 20) >= before)
@@ -196,6 +219,8 @@ static int child(void)
     mode = getenv("CUPOOL_FREE");
     sim = !check_real_driver();
     int is_auto = strcmp(mode, "auto") == 0, is_deferred = strcmp(mode, "deferred") == 0;
+    int is_sync = strcmp(mode, "sync") == 0;
+    enum free_kind ordered_kind = is_sync ? FREED_NOW : KEPT;
     primary0 = tl_init(0);
 
     /* The used bytes of one probe block in an otherwise empty pool. */
@@ -210,13 +235,13 @@ static int child(void)
     /* A: the legacy stream only. */
     CUstream legacy = NULL;
     streams_scenario(&legacy, 1, 0x10000000);
-    check_free_timing(is_deferred);
+    check_free_timing(is_deferred ? DEFERRED : ordered_kind);
 
     /* B: several blocking streams. */
     CUstream blocking[3];
     for (int i = 0; i < 3; i++) CHECK_CU(cuStreamCreate(&blocking[i], CU_STREAM_DEFAULT));
     streams_scenario(blocking, 3, 0x20000000);
-    check_free_timing(is_deferred);
+    check_free_timing(is_deferred ? DEFERRED : ordered_kind);
 
     /* C: per-thread default streams from two threads at once. */
     pthread_t threads[2];
@@ -228,7 +253,7 @@ static int child(void)
     for (int i = 0; i < 2; i++) CHECK_CU(cuStreamCreate(&nonblocking[i], CU_STREAM_NON_BLOCKING));
     CUstream mixed[4] = {nonblocking[0], blocking[0], nonblocking[1], NULL};
     streams_scenario(mixed, 4, 0x40000000);
-    check_free_timing(is_deferred || is_auto);
+    check_free_timing(is_deferred || is_auto ? DEFERRED : ordered_kind);
     for (int i = 0; i < 3; i++) CHECK_CU(cuStreamDestroy(blocking[i]));
     CHECK_CU(cuStreamDestroy(nonblocking[1]));
     streams_scenario(nonblocking, 1, 0x48000000);
@@ -243,7 +268,7 @@ static int child(void)
         CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
         CUstream on1[2] = {NULL, s1};
         streams_scenario(on1, 2, 0x50000000);
-        check_free_timing(is_deferred || is_auto);
+        check_free_timing(is_deferred || is_auto ? DEFERRED : ordered_kind);
         CHECK_CU(cuStreamDestroy(s1));
         cupool_stats_t s = tl_stats(1);
         CHECK_TRUE(s.pooled_allocs > 0);
@@ -290,10 +315,11 @@ static int child(void)
         printf("%s: device %d: %llu pooled allocations, all freed\n", mode, d, (unsigned long long)s.pooled_allocs);
     }
     CHECK_CU(cuCtxSynchronize());
-    if (is_deferred) {
+    if (!is_sync && !is_auto) {
         /* Freed blocks cupool keeps ready for the next allocation of their
          * size stay used in the pool until they have waited a second for a
-         * taker: then the next allocation hands them back. */
+         * taker: then the next allocation hands them back (auto is `sync`
+         * by now, which keeps none). */
         CHECK_TRUE(tl_pool_used(pool0) > probe_used);
         usleep(1100 * 1000);
     }

@@ -1,6 +1,8 @@
 /*
  * The driver queue (src/queue.c): threads allocating and freeing at once in
  * `ordered` have their pool calls made by the thread in front of the queue.
+ * Every case turns the ordered store off (CUPOOL_ORDERED_READY=0), so that
+ * each allocation and free is a pool call.
  *   threads   8 threads allocate, fill, check and free blocks of their own
  *             size; each gets its own block back, whole, whichever thread
  *             made the call; the pools end with nothing in use.  On the
@@ -131,25 +133,25 @@ static int callback(void)
 }
 
 static const tl_case_t cases[] = {
-    {"threads", threads, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", NULL}, 0,
+    {"threads", threads, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", NULL}, 0,
      "driver queue: on"},
-    {"auto", threads, {"CUPOOL_FREE=auto", "SIMCUDA_POOL_CALL_US=20", NULL}, 0},
+    {"auto", threads, {"CUPOOL_FREE=auto", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=20", NULL}, 0},
     /* The statistics count the calls the thread in front made for others
      * (printed only when there were some). */
-    {"stats", threads, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_STATS=1", NULL}, 0,
+    {"stats", threads, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_STATS=1", NULL}, 0,
      "pool calls made for waiting threads by the one in front of the driver queue"},
     /* The real driver would look for the tool's library. */
     {"tool", tool,
-     {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so", NULL},
+     {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so", NULL},
      1, "driver queue: off (a CUDA tool is attached)"},
-    {"off", tool, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUPOOL_DRIVER_QUEUE=off", NULL},
+    {"off", tool, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUPOOL_DRIVER_QUEUE=off", NULL},
      0, "driver queue: off (CUPOOL_DRIVER_QUEUE=off)"},
     {"tool-on", threads,
-     {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so",
+     {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=20", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so",
       "CUPOOL_DRIVER_QUEUE=on"},
      1, "driver queue: on"},
-    {"slow", slow, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=3000", NULL}, 1},
-    {"callback", callback, {"CUPOOL_FREE=ordered", "SIMCUDA_POOL_CALL_US=20", NULL}, 1},
+    {"slow", slow, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=3000", NULL}, 1},
+    {"callback", callback, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", "SIMCUDA_POOL_CALL_US=20", NULL}, 1},
 };
 
 /* Under a CUDA tool the queue is off unless the environment turns it on. */

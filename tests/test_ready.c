@@ -35,10 +35,28 @@
  *               frees in `deferred` all survive (a fence recorded under a
  *               capture in progress invalidates it), with either kind of
  *               fence (capture-streams).
+ * The same store in `ordered` (deferred.c, "ordered reuse"), where a freed
+ * block may serve once an event has been recorded on the legacy stream
+ * after its free, its users still running or not:
+ *   ordered-reuse: a freed block is free memory for cuMemGetInfo at once
+ *               and still allocated from the pool; the next allocation of
+ *               its size is that block with no pool call, after exactly one
+ *               event on the legacy stream (simulator: it counts them); one
+ *               event serves every block freed before it; an allocation of
+ *               another size records none; a second free gets the driver's
+ *               error; unused for a second, blocks go back to the pool;
+ *               CUPOOL_STATS counts them (ordered-auto: the same under the
+ *               default settings).
+ *   ordered-off, -threshold0, -cap, -limit, -release, -oom,
+ *   -oom-other-context, -held, -capture: as above, in `ordered`.
+ *   ordered-switch: auto moving to `deferred` synchronizes the context, so
+ *               a block `ordered` kept then serves with no event at all.
+ *   ordered-leave: auto moving from `ordered` to `sync` hands them back.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +89,21 @@ static int64_t free_beyond_device(void)
     return (int64_t)seen - (int64_t)high;
 }
 
+/* Events recorded on the legacy stream of the current context so far, as
+ * the simulator counts them; -1 on a GPU. */
+static long long legacy_records(void)
+{
+    long long (*count)(void) = (long long (*)(void))dlsym(RTLD_DEFAULT, "simcuda_legacy_event_records");
+    return count ? count() : -1;
+}
+
+/* Checks that `made` events were recorded on the legacy stream since a
+ * count of `since` (the simulator alone counts). */
+static void check_records(long long since, long long made)
+{
+    if (since >= 0) CHECK_EQ(legacy_records(), since + made);
+}
+
 static int reuse(void)
 {
     tl_init(0);
@@ -88,7 +121,7 @@ static int reuse(void)
     int64_t beyond_free = free_beyond_device();
     printf("freed: counted free beyond the device %lld -> %lld, pool used %llu -> %llu\n", (long long)beyond_live,
            (long long)beyond_free, (unsigned long long)used_live, (unsigned long long)used_free);
-    CHECK_TRUE(beyond_free + SLACK >= beyond_live + (int64_t)BLOCK);
+    CHECK_TRUE(beyond_free + (int64_t)SLACK >= beyond_live + (int64_t)BLOCK);
     CHECK_TRUE(used_free >= used_live);
     /* The next allocation of its size is that block, and the pool is not asked. */
     CHECK_CU(cuMemAlloc(&b, BLOCK));
@@ -128,6 +161,102 @@ static int reuse(void)
         CHECK_NE(early, first);
         CHECK_CU(cuMemFree(early));
     }
+    return 0;
+}
+
+static int ordered_reuse(void)
+{
+    tl_init(0);
+    CUdeviceptr a, b, c1, c2, d1, d2, other, again;
+    CHECK_CU(cuMemAlloc(&a, BLOCK));
+    tl_fill(a, BLOCK, 0xA1A1A1A1u);
+    CUmemoryPool pool = tl_pool_of(a);
+    CHECK_TRUE(pool != NULL);
+    uint64_t used_live = tl_pool_used(pool);
+    int64_t beyond_live = free_beyond_device();
+    /* No synchronization anywhere below: `ordered` needs none. */
+    CHECK_CU(cuMemFree(a));
+    CHECK_EQ(tl_pool_used(pool), used_live);
+    CHECK_TRUE(free_beyond_device() + (int64_t)SLACK >= beyond_live + (int64_t)BLOCK);
+    long long since = legacy_records();
+    CHECK_CU(cuMemAlloc(&b, BLOCK));
+    CHECK_EQ(b, a);
+    check_records(since, 1);
+    CHECK_EQ(tl_pool_used(pool), used_live);
+    tl_fill(b, BLOCK, 0xB2B2B2B2u);
+    CHECK_TRUE(tl_spot_check(b, BLOCK, 0xB2B2B2B2u) == 0);
+    CHECK_EQ(tl_stats(0).in_use, BLOCK);
+    CHECK_CU(cuMemFree(b));
+    CHECK_CU_EQ(cuMemFree(b), CUDA_ERROR_INVALID_VALUE);
+    /* Two blocks freed before the next allocations: one event serves both. */
+    CHECK_CU(cuMemAlloc(&c1, BLOCK));
+    CHECK_CU(cuMemAlloc(&c2, BLOCK));
+    CHECK_EQ(c1, b);
+    CHECK_NE(c1, c2);
+    CHECK_CU(cuMemFree(c1));
+    CHECK_CU(cuMemFree(c2));
+    since = legacy_records();
+    CHECK_CU(cuMemAlloc(&d1, BLOCK));
+    CHECK_CU(cuMemAlloc(&d2, BLOCK));
+    check_records(since, 1);
+    CHECK_TRUE((d1 == c1 && d2 == c2) || (d1 == c2 && d2 == c1));
+    /* Another size takes no kept block and records no event. */
+    CHECK_CU(cuMemFree(d1));
+    since = legacy_records();
+    CHECK_CU(cuMemAlloc(&other, SMALL));
+    check_records(since, 0);
+    CHECK_NE(other, d1);
+    CHECK_CU(cuMemFree(other));
+    CHECK_CU(cuMemFree(d2));
+    CHECK_TRUE(tl_pool_used(pool) >= 2 * BLOCK);
+    /* Unused for a second after their frees, they go back to the pool at
+     * the next allocation. */
+    usleep(1100 * 1000);
+    CHECK_CU(cuMemAlloc(&again, SMALL));
+    uint64_t used_aged = tl_pool_used(pool);
+    printf("a second later: pool used %llu\n", (unsigned long long)used_aged);
+    CHECK_TRUE(used_aged < SLACK);
+    CHECK_CU(cuMemFree(again));
+    return 0;
+}
+
+static int ordered_switch(void)
+{
+    tl_init(0);
+    CUdeviceptr a, b;
+    CUstream s;
+    CHECK_CU(cuMemAlloc(&a, BLOCK));
+    CHECK_CU(cuMemFree(a));
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); /* auto -> deferred, synchronizing */
+    long long since = legacy_records();
+    CHECK_CU(cuMemAlloc(&b, BLOCK));
+    CHECK_EQ(b, a);
+    check_records(since, 0);
+    CHECK_CU(cuMemFree(b));
+    CHECK_CU(cuStreamDestroy(s));
+    return 0;
+}
+
+static int ordered_leave(void)
+{
+    CUcontext primary = tl_init(0), other;
+    CUdeviceptr blocks[2];
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&blocks[i], BLOCK));
+    CUmemoryPool pool = tl_pool_of(blocks[0]);
+    CHECK_TRUE(pool != NULL);
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemFree(blocks[i]));
+    uint64_t used = tl_pool_used(pool);
+    CHECK_TRUE(used >= 2 * BLOCK);
+    CUdevice dev;
+    CHECK_CU(cuCtxGetDevice(&dev));
+    CHECK_CU(cuCtxCreate(&other, NULL, 0, dev)); /* a second context: -> sync */
+    CHECK_CU(cuCtxSetCurrent(primary));
+    CHECK_CU(cuCtxSynchronize());
+    uint64_t after = tl_pool_used(pool);
+    printf("leave ordered: pool used %llu -> %llu at the switch to sync\n", (unsigned long long)used,
+           (unsigned long long)after);
+    CHECK_TRUE(after < SLACK);
+    CHECK_CU(cuCtxDestroy(other));
     return 0;
 }
 
@@ -338,7 +467,7 @@ static int capture(void)
 
 static const tl_case_t cases[] = {
     {"reuse", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_STATS=1", NULL}, 0,
-     "deferred allocations served by a ready block"},
+     "allocations served by a ready block"},
     {"off", off, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=0", NULL}, 0},
     {"threshold0", off, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=8M", NULL}, 0},
@@ -366,6 +495,21 @@ static const tl_case_t cases[] = {
     {"held", held, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
     {"capture", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
     {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
+    {"ordered-reuse", ordered_reuse, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
+     "allocations served by a ready block"},
+    {"ordered-auto", ordered_reuse, {NULL}, 0},
+    {"ordered-off", off, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
+    {"ordered-threshold0", off, {"CUPOOL_FREE=ordered", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
+    {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
+    {"ordered-limit", limit, {"CUPOOL_FREE=ordered", "CUPOOL_LIMIT=17M", NULL}, 0},
+    {"ordered-release", release, {"CUPOOL_FREE=ordered", NULL}, 0},
+    {"ordered-oom", oom, {"CUPOOL_FREE=ordered", "SIMCUDA_MEM=64M", NULL}, 1},
+    {"ordered-oom-other-context", oom_other, {"CUPOOL_FREE=ordered", "SIMCUDA_MEM=64M", NULL}, 1},
+    {"ordered-held", held, {"CUPOOL_FREE=ordered", NULL}, 0},
+    {"ordered-capture", capture, {"CUPOOL_FREE=ordered", NULL}, 0},
+    {"ordered-switch", ordered_switch, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0,
+     "free mode ordered -> deferred"},
+    {"ordered-leave", ordered_leave, {"CUPOOL_FREE=auto", NULL}, 0},
 };
 
 /* Under a CUDA tool auto records an event on every stream. */

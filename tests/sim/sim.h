@@ -78,6 +78,7 @@ struct CUctx_st {
     sim_vec modules;
     struct CUstream_st *legacy_stream; /* what CU_STREAM_LEGACY / NULL name */
     unsigned long long synchronizations; /* cuCtxSynchronize calls that succeeded (simcuda_ctx_synchronizations) */
+    unsigned long long legacy_records;   /* events recorded on its legacy stream (simcuda_legacy_event_records) */
 };
 
 typedef enum { SIM_STREAM_CREATED, SIM_STREAM_LEGACY, SIM_STREAM_PER_THREAD } sim_stream_kind;

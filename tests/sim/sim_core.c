@@ -653,6 +653,16 @@ SIM_API long long simcuda_ctx_synchronizations(void)
     return (long long)ctx->synchronizations;
 }
 
+/* For tests: how many events were recorded on the legacy stream of the
+ * calling thread's current context; -1 without one. */
+SIM_API long long simcuda_legacy_event_records(void)
+{
+    SIM_LOCKED;
+    CUcontext ctx = NULL;
+    if (sim_current_ctx(&ctx) != CUDA_SUCCESS || !ctx) return -1;
+    return (long long)ctx->legacy_records;
+}
+
 static CUresult peer_check(CUcontext peer, CUcontext *self)
 {
     SIM_CHECK(sim_current_ctx(self));

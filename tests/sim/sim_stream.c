@@ -383,6 +383,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags, bool ptds)
     SIM_CHECK(sim_capture_check_enqueue(s, &capture));
     if (capture) return CUDA_SUCCESS; /* an internal capture dependency: no node */
     e->recorded = true;
+    if (s->kind == SIM_STREAM_LEGACY) s->ctx->legacy_records++;
     e->pending_queries = sim.event_delay;
     e->time_ms = sim_now_ms();
     e->stream = s;
