@@ -123,6 +123,28 @@ static inline int cupool_capturing(void)
     return atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0;
 }
 
+/* cupool's pool calls on the legacy stream (`ordered`), which a capture
+ * beginning on another thread meanwhile would see as an implicit
+ * dependency: the driver fails the call and invalidates the capture.  So
+ * such a call is counted while it runs, and a capture begins only once no
+ * counted call runs; each side announces itself before it looks at the
+ * other (stream.c), so that either the call sees the capture and keeps off
+ * the legacy stream, or the capture waits for the call. */
+extern atomic_int cupool_legacy_calls;
+/* 1: the call may be made now (cupool_legacy_leave() after it); 0: a
+ * capture is in progress or beginning, keep off the legacy stream. */
+static inline int cupool_legacy_enter(void)
+{
+    atomic_fetch_add(&cupool_legacy_calls, 1);
+    if (CUPOOL_LIKELY(atomic_load(&cupool_hot.captures) == 0)) return 1;
+    atomic_fetch_sub(&cupool_legacy_calls, 1);
+    return 0;
+}
+static inline void cupool_legacy_leave(void)
+{
+    atomic_fetch_sub_explicit(&cupool_legacy_calls, 1, memory_order_release);
+}
+
 /* Loads libcuda.so.1 and every real_* pointer once; false if the driver is
  * missing.  cupool_driver_ready is its inline fast path: every shim asks. */
 int cupool_driver_load(void);

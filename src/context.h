@@ -152,15 +152,29 @@ static inline int cupool_queue_wanted(const cupool_context_t *c)
 {
     return atomic_load_explicit(&c->threads, memory_order_relaxed) > 1;
 }
+/* What an `ordered` pool call answers, not the driver, when a capture is
+ * in progress or beginning (cupool_legacy_enter): an allocation then comes
+ * from cupool's own stream, a free is held until the capture has ended
+ * (cupool_free_failed). */
+#define CUPOOL_CAPTURE_IN_PROGRESS ((CUresult)-1)
+/* One pool call on the legacy stream (pool NULL: a free of *ptr). */
+static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
+{
+    if (CUPOOL_UNLIKELY(!cupool_legacy_enter())) return CUPOOL_CAPTURE_IN_PROGRESS;
+    CUresult r = pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
+                      : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
+    cupool_legacy_leave();
+    return r;
+}
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
-    return cupool_hot.alloc_from_pool(dptr, size, pool, CU_STREAM_LEGACY);
+    return cupool_legacy_pool_call(pool, dptr, size);
 }
 static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
 {
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
-    return cupool_hot.free_async(ptr, CU_STREAM_LEGACY);
+    return cupool_legacy_pool_call(NULL, &ptr, 0);
 }
 
 /* Whether `ordered` keeps freed blocks for reuse (CUPOOL_ORDERED_READY not 0). */
@@ -169,8 +183,10 @@ static inline int cupool_ordered_ready_on(void)
     return cupool_option_started(CUPOOL_OPT_ORDERED_READY) != 0;
 }
 /* Serves an `ordered` allocation (no capture in progress, the context
- * current) from a block of this size the context freed earlier; 1 when
- * *dptr is such a block (still in the origin table, marked freed). */
+ * current) from a block of this size the context freed earlier: 1 when
+ * *dptr is such a block (still in the origin table, marked freed), 0 when
+ * there is none, -1 when a capture began meanwhile (the allocation must
+ * then keep off the legacy stream). */
 int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
 
 /* Pool serving a request of this size, or NULL when it must go native. */
@@ -186,7 +202,8 @@ int cupool_free_keeps_block(const cupool_origin_t *o);
  * Inline for `ordered`, the common case; the other modes and a failed free
  * (the block then stays the program's) are out of line. */
 CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int kept);
-/* A free the driver refused: warns, and the block stays the program's. */
+/* A free the driver refused: warns, and the block stays the program's; or
+ * (r CUPOOL_CAPTURE_IN_PROGRESS) held until the capture has ended. */
 CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
 /* The free of `sync` (the block's context current, no capture in
  * progress): the context synchronized, then the block on the legacy

@@ -444,16 +444,14 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
 /* Records `fence` unless a stream capture is in progress (the fence would
  * invalidate it): the check and the record under the capture gate, so that
  * no capture begins in between.  Returns record_fence()'s answer, or
- * CAPTURE_IN_PROGRESS (no driver's answer): the caller then waits for the
- * capture to end.  The gate is never held across a
- * synchronization: a thread beginning a capture may wait for it while the
- * GPU's work waits for that thread. */
-#define CAPTURE_IN_PROGRESS ((CUresult)-1)
-
+ * CUPOOL_CAPTURE_IN_PROGRESS: the caller then waits for the capture to
+ * end.  The gate is never held across a synchronization: a thread
+ * beginning a capture may wait for it while the GPU's work waits for that
+ * thread. */
 static CUresult record_fence_gated(cupool_context_t *c, CUevent fence)
 {
     cupool_capture_gate_enter();
-    CUresult r = atomic_load(&cupool_hot.captures) > 0 ? CAPTURE_IN_PROGRESS : record_fence(c, fence);
+    CUresult r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS : record_fence(c, fence);
     cupool_capture_gate_leave();
     return r;
 }
@@ -494,10 +492,10 @@ static uint64_t coarse_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Records an ordered fence after every free made so far in the context;
- * 0 when none could be (a capture in progress, which an operation on the
- * legacy stream would disturb, or a driver error).  c->lock held, c->ctx
- * current. */
+/* Records an ordered fence after every free made so far in the context:
+ * 1 when recorded, -1 when a capture is in progress (which an operation on
+ * the legacy stream would disturb), 0 on a driver error.  c->lock held,
+ * c->ctx current. */
 static int record_ordered_fence(cupool_context_t *c)
 {
     CUresult r = CUDA_SUCCESS;
@@ -505,7 +503,7 @@ static int record_ordered_fence(cupool_context_t *c)
     if (r != CUDA_SUCCESS) c->ordered_fence = NULL;
     if (r == CUDA_SUCCESS) {
         cupool_capture_gate_enter();
-        r = atomic_load(&cupool_hot.captures) > 0 ? CAPTURE_IN_PROGRESS
+        r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS
                                                   : real_cuEventRecord(c->ordered_fence, CU_STREAM_LEGACY);
         cupool_capture_gate_leave();
     }
@@ -514,10 +512,10 @@ static int record_ordered_fence(cupool_context_t *c)
         atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ordered_fences, 1, memory_order_relaxed);
         return 1;
     }
-    if (r != CAPTURE_IN_PROGRESS)
-        cupool_message_once(CUPOOL_MSG_WARN, "cannot record an event on the legacy stream (%s); ordered allocations "
-                                             "use the pool instead of freed blocks",
-                            cupool_result_name(r));
+    if (r == CUPOOL_CAPTURE_IN_PROGRESS) return -1;
+    cupool_message_once(CUPOOL_MSG_WARN, "cannot record an event on the legacy stream (%s); ordered allocations "
+                                         "use the pool instead of freed blocks",
+                        cupool_result_name(r));
     return 0;
 }
 
@@ -526,9 +524,10 @@ int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
     /* Read without the lock: an empty store costs no lock. */
     if (!c->ready_oldest) return 0;
     CUdeviceptr ptr = 0;
+    int fenced = 1;
     pthread_mutex_lock(&c->lock);
     struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
-    if (rs && (rs->oldest->due <= c->fences || record_ordered_fence(c))) {
+    if (rs && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) > 0)) {
         deferred_block_t *b = ready_pop(c, rs);
         ptr = b->ptr;
         give_record(&c->spare_blocks, b);
@@ -537,7 +536,7 @@ int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
      * on to other sizes). */
     ready_trim(c, UINT64_MAX, coarse_now_ns(), c->private_stream);
     pthread_mutex_unlock(&c->lock);
-    if (!ptr) return 0;
+    if (!ptr) return fenced < 0 ? -1 : 0;
     atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
     *dptr = ptr;
     return 1;
@@ -597,7 +596,7 @@ static void record_batch(cupool_context_t *c)
         r = record_fence_gated(c, batch->fence);
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
-    if (r == CAPTURE_IN_PROGRESS) {
+    if (r == CUPOOL_CAPTURE_IN_PROGRESS) {
         give_record(&c->spare_batches, batch);
         return;
     }
@@ -627,7 +626,7 @@ static void release_held(cupool_context_t *c)
 {
     CUevent fence = take_event(c);
     CUresult r = fence ? record_fence_gated(c, fence) : CUDA_ERROR_OUT_OF_MEMORY;
-    if (r != CAPTURE_IN_PROGRESS) {
+    if (r != CUPOOL_CAPTURE_IN_PROGRESS) {
         if (r == CUDA_SUCCESS) r = real_cuEventSynchronize(fence);
         else real_cuCtxSynchronize(); /* could not record: the strongest order */
         if (r == CUDA_SUCCESS) order_after(c, fence);
@@ -774,6 +773,7 @@ int cupool_free_keeps_block(const cupool_origin_t *o)
 
 __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
 {
+    if (r == CUPOOL_CAPTURE_IN_PROGRESS) return defer(o->owner, o, 1);
     warn_give_back(o->ptr, r);
     return restore(o, r);
 }

@@ -39,8 +39,7 @@ static CUPOOL_THREAD_LOCAL cupool_request_t own_request __attribute__((aligned(6
 
 static CUresult call_now(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
-    return pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
-                : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
+    return cupool_legacy_pool_call(pool, ptr, size);
 }
 
 /* Makes the calls waiting in the queue, whose lock the caller holds.  A few

@@ -7,6 +7,8 @@
  */
 #include "context.h"
 
+#include <sched.h>
+
 /* ---- captures (counted in cupool_hot.captures) ---------------------------- */
 
 /* A fence of deferred.c (cuCtxRecordEvent, or events on the legacy stream)
@@ -75,15 +77,44 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 
 /* ---- shims: capture ------------------------------------------------------ */
 
+/* In a line of its own: every `ordered` pool call writes it (common.h). */
+atomic_int cupool_legacy_calls __attribute__((aligned(64)));
+
+/* How long a capture waits for cupool's legacy-stream pool calls at most: a
+ * call made from inside another (a tool's callback that allocates) could
+ * otherwise wait for this capture's gate while the capture waits for it. */
+#define LEGACY_CALLS_MAX_WAIT_NS 250000000ull
+
+/* A capture counts from before it begins, inside the capture gate: the
+ * pool calls on the legacy stream that began before (cupool_legacy_enter)
+ * end first, and none begins after. */
+static void before_begin(void)
+{
+    cupool_capture_gate_enter();
+    atomic_fetch_add(&cupool_hot.captures, 1);
+    if (atomic_load(&cupool_legacy_calls) == 0) return;
+    uint64_t start_ns = cupool_now_ns();
+    for (unsigned tries = 0; atomic_load(&cupool_legacy_calls) > 0; tries++) {
+        if (tries < 256) {
+            __builtin_ia32_pause();
+        } else {
+            if (cupool_now_ns() - start_ns > LEGACY_CALLS_MAX_WAIT_NS) break;
+            sched_yield();
+        }
+    }
+}
+
+/* A capture that did not begin no longer counts. */
 static CUresult after_begin(CUresult r)
 {
-    if (r == CUDA_SUCCESS) atomic_fetch_add(&cupool_hot.captures, 1);
+    int none_left = r != CUDA_SUCCESS && atomic_fetch_sub(&cupool_hot.captures, 1) == 1;
     cupool_capture_gate_leave();
+    if (none_left) cupool_captures_ended();
     return r;
 }
 
 /* Begins a capture and counts it, inside the capture gate. */
-#define GATED_BEGIN(begin_call) (cupool_capture_gate_enter(), after_begin(begin_call))
+#define GATED_BEGIN(begin_call) (before_begin(), after_begin(begin_call))
 
 typedef CUresult is_capturing_fn(CUstream, CUstreamCaptureStatus *);
 

@@ -1,0 +1,81 @@
+#!/bin/bash
+# The eighteenth session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run18.sh a|b|s|t
+# The library keeps `ordered` frees for the next allocation of their size,
+# with one event on the legacy stream between a free and the block's reuse
+# (src/deferred.c, "ordered reuse"; CUPOOL_ORDERED_READY, default 1G).
+# a: what the store's cap does to PyTorch's train step and peak memory: the
+#    caching allocator, and cupool's default settings with
+#    CUPOOL_ORDERED_READY=1G, 256M, 64M and 0 (the store off: the library as
+#    it was), 2 interleaved rounds; one run with CUPOOL_STATS=1 for the
+#    counts; the tests that exercise the store on the real driver; the
+#    allocation pair of `ordered` and `auto` against the bare pool calls,
+#    1 and 16 threads
+# b: the whole of scripts/gpu-tests.sh (make check on the real driver, every
+#    test program under compute-sanitizer in every free mode, the
+#    cudart/PyTorch/CuPy proofs)
+# s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy)
+# t: scripts/bench-gpu.sh's PyTorch stage alone
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+torch_once() { # LABEL ROUND [ENV...]: one train process, one line: label round ms peak
+    local label=$1 round=$2; shift 2
+    if [ $label = caching ]; then
+        timeout 90 python3 bench/torch_bench.py --worker caching --workload train
+    else
+        env "$@" PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 build-gpu/scripts/cupool \
+            --library build-gpu/.libs/libcupool.so -- python3 bench/torch_bench.py --worker nocache-cupool --workload train
+    fi | python3 -c "import json,sys; r=json.loads(sys.stdin.read().splitlines()[-1]); print('$label', $round, '%.3f' % r['ms_median'], r['peak_mib'])"
+}
+
+case ${1:-} in
+a)
+    build build-gpu
+    CUPOOL_STATS=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 90 build-gpu/scripts/cupool \
+        --library build-gpu/.libs/libcupool.so -- python3 bench/torch_bench.py --worker nocache-cupool --workload train \
+        >$OUT/r/stats.txt 2>&1
+    grep "^cupool:" $OUT/r/stats.txt | head -20
+    for round in 1 2; do
+        for v in caching 1G 256M 64M 0; do
+            torch_once $v $round CUPOOL_ORDERED_READY=$v
+        done
+    done 2>$OUT/r/caps.err | tee $OUT/r/caps.txt
+    python3 - $OUT/r/caps.txt <<'PY'
+import sys, collections
+ms, peak = collections.defaultdict(list), collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    v, rnd, t, p = line.split()
+    ms[v].append(float(t)); peak[v].append(float(p))
+ref, refp = min(ms["caching"]), max(peak["caching"])
+for v in ms:
+    print("%-8s lowest %.3f ms (%.3fx caching)  peak %.0f MiB (%.2fx)  all %s" % (v, min(ms[v]), min(ms[v]) / ref,
+          max(peak[v]), max(peak[v]) / refp, " ".join("%.2f" % t for t in ms[v])))
+PY
+    for free in ordered auto; do
+        timeout 60 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --free $free -- \
+            build-gpu/bench/alloc_bench -m api -p bare-ordered -s 256,64K,1M,1G -t 1,16 -r 5 -T 0.25 \
+            -l cupool-$free -o $OUT/r/pair.csv >/dev/null 2>>$OUT/r/pair.err
+    done
+    cat $OUT/r/pair.csv | cut -d, -f1-8 | column -t -s, | head -40
+    real_check 150 4 test_kernel_race test_ready test_modes test_stress test_bad_input test_capture
+    grep -h "corrupted\|FAILED\|failed" build-gpu/tests/test_kernel_race.log | head -30
+    ;;
+b)
+    CUPOOL_BUILD=build-gpu UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=${TESTS_BUDGET:-360} JOBS=8 SANITIZER_JOBS=12 \
+        timeout 450 sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    echo "gpu-tests rc $?"; tail -45 $OUT/r/gpu-tests.txt
+    ;;
+s)
+    BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-300} timeout 590 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
+    echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
+    rm -rf $OUT/r/s/logs
+    ;;
+t)
+    BENCH_ONLY=torch BENCH_BUDGET=${BENCH_BUDGET:-540} timeout 590 sh scripts/bench-gpu.sh $OUT/r/t >$OUT/r/t.txt 2>&1
+    echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/t.txt | grep -v "^  rc=\|^+ " | tail -70
+    rm -rf $OUT/r/t/logs
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|b|s|t" >&2; exit 2 ;;
+esac
+tar -C $OUT -czf $OUT/r.tgz r
