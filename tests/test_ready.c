@@ -52,6 +52,10 @@
  *   ordered-switch: auto moving to `deferred` synchronizes the context, so
  *               a block `ordered` kept then serves with no event at all.
  *   ordered-leave: auto moving from `ordered` to `sync` hands them back.
+ *   ordered-capture-off, sync-capture: captures survive `ordered`'s pool
+ *               calls on the legacy stream (the store off) and `sync`'s
+ *               frees made on another thread (a capture waits for the
+ *               legacy-stream calls in flight as it begins, stream.c).
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -507,6 +511,10 @@ static const tl_case_t cases[] = {
     {"ordered-oom-other-context", oom_other, {"CUPOOL_FREE=ordered", "SIMCUDA_MEM=64M", NULL}, 1},
     {"ordered-held", held, {"CUPOOL_FREE=ordered", NULL}, 0},
     {"ordered-capture", capture, {"CUPOOL_FREE=ordered", NULL}, 0},
+    /* The pool calls on the legacy stream without the store, and `sync`'s
+     * free after its synchronization, against captures on another thread. */
+    {"ordered-capture-off", capture, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
+    {"sync-capture", capture, {"CUPOOL_FREE=sync", NULL}, 0},
     {"ordered-switch", ordered_switch, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0,
      "free mode ordered -> deferred"},
     {"ordered-leave", ordered_leave, {"CUPOOL_FREE=auto", NULL}, 0},
