@@ -123,13 +123,14 @@ static inline int cupool_capturing(void)
     return atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0;
 }
 
-/* cupool's pool calls on the legacy stream (`ordered`), which a capture
- * beginning on another thread meanwhile would see as an implicit
- * dependency: the driver fails the call and invalidates the capture.  So
- * such a call is counted while it runs, and a capture begins only once no
- * counted call runs; each side announces itself before it looks at the
- * other (stream.c), so that either the call sees the capture and keeps off
- * the legacy stream, or the capture waits for the call. */
+/* cupool's pool calls on the legacy stream (`ordered`, and `sync`'s free
+ * with the synchronization before it), which a capture beginning on
+ * another thread meanwhile would see as an implicit dependency: the driver
+ * fails the call and invalidates the capture.  So such a call is counted
+ * while it runs, and a capture begins only once no counted call runs (or
+ * after LEGACY_CALLS_MAX_WAIT_NS); each side announces itself before it
+ * looks at the other (stream.c), so that either the call sees the capture
+ * and keeps off the legacy stream, or the capture waits for the call. */
 extern atomic_int cupool_legacy_calls;
 /* 1: the call may be made now (cupool_legacy_leave() after it); 0: a
  * capture is in progress or beginning, keep off the legacy stream. */

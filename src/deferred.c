@@ -780,14 +780,14 @@ __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_
 
 CUresult cupool_free_sync(const cupool_origin_t *o)
 {
-    /* The whole context first, then on the legacy stream as ordered
-     * (unless a capture began meanwhile: then held until it has ended). */
+    /* The whole context first, then on the legacy stream as ordered, both
+     * counted as a legacy-stream call (a capture beginning on another
+     * thread waits for them); a capture in progress holds the block until
+     * it has ended. */
+    if (!cupool_legacy_enter()) return defer(o->owner, o, 1);
     CUresult r = real_cuCtxSynchronize();
-    if (r == CUDA_SUCCESS) {
-        if (!cupool_legacy_enter()) return defer(o->owner, o, 1);
-        r = give_back(o->ptr, CU_STREAM_LEGACY);
-        cupool_legacy_leave();
-    }
+    if (r == CUDA_SUCCESS) r = give_back(o->ptr, CU_STREAM_LEGACY);
+    cupool_legacy_leave();
     return r == CUDA_SUCCESS ? r : restore(o, r);
 }
 

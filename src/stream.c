@@ -80,9 +80,10 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 /* In a line of its own: every `ordered` pool call writes it (common.h). */
 atomic_int cupool_legacy_calls __attribute__((aligned(64)));
 
-/* How long a capture waits for cupool's legacy-stream pool calls at most: a
+/* How long a capture waits for cupool's legacy-stream calls at most: a
  * call made from inside another (a tool's callback that allocates) could
- * otherwise wait for this capture's gate while the capture waits for it. */
+ * otherwise wait for this capture's gate while the capture waits for it,
+ * and `sync`'s synchronization for GPU work that waits for this thread. */
 #define LEGACY_CALLS_MAX_WAIT_NS 250000000ull
 
 /* A capture counts from before it begins, inside the capture gate: the
