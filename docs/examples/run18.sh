@@ -1,6 +1,6 @@
 #!/bin/bash
 # The eighteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run18.sh a|c|b|s|t
+#   OUT=DIR bash docs/examples/run18.sh a|c|b|d|s|t
 # The library keeps `ordered` frees for the next allocation of their size,
 # with one event on the legacy stream between a free and the block's reuse
 # (src/deferred.c, "ordered reuse"; CUPOOL_ORDERED_READY, default 1G).
@@ -15,6 +15,7 @@
 # b: the whole of scripts/gpu-tests.sh (make check on the real driver, every
 #    test program under compute-sanitizer in every free mode, the
 #    cudart/PyTorch/CuPy proofs)
+# d: the sanitizer alone on the tests of the store (b ran out of time)
 # s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy)
 # t: scripts/bench-gpu.sh's PyTorch stage alone
 # Results in $OUT/r and $OUT/r.tgz.
@@ -88,6 +89,12 @@ c)
     cat $OUT/r/capture-summary.txt
     real_check 150 3 test_capture test_ready test_queue
     ;;
+d)
+    # The sanitizer runs call b had no time left for, of the programs the
+    # ordered store and the counted legacy-stream calls touch
+    ls build-gpu/.libs/libcupool.so >/dev/null 2>&1 || build build-gpu
+    sanitize ${TESTS_BUDGET:-150} 12 test_ready test_modes test_kernel_race test_stress test_capture test_queue
+    ;;
 s)
     BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-300} timeout 590 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
@@ -98,6 +105,6 @@ t)
     echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/t.txt | grep -v "^  rc=\|^+ " | tail -70
     rm -rf $OUT/r/t/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 a|c|b|s|t" >&2; exit 2 ;;
+*) echo "usage: OUT=DIR bash $0 a|c|b|d|s|t" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
