@@ -501,7 +501,7 @@ static const tl_case_t cases[] = {
     {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
     {"ordered-reuse", ordered_reuse, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
      "allocations served by a ready block"},
-    {"ordered-auto", ordered_reuse, {NULL}, 0},
+    {"ordered-auto", ordered_reuse, {"CUPOOL_FREE=auto", NULL}, 0},
     {"ordered-off", off, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
     {"ordered-threshold0", off, {"CUPOOL_FREE=ordered", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The eighteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run18.sh a|c|b|d|s|t
+#   OUT=DIR bash docs/examples/run18.sh a|c|b|d|e|s|t
 # The library keeps `ordered` frees for the next allocation of their size,
 # with one event on the legacy stream between a free and the block's reuse
 # (src/deferred.c, "ordered reuse"; CUPOOL_ORDERED_READY, default 1G).
@@ -16,6 +16,7 @@
 #    test program under compute-sanitizer in every free mode, the
 #    cudart/PyTorch/CuPy proofs)
 # d: the sanitizer alone on the tests of the store (b ran out of time)
+# e: test_ready under the sanitizer in `sync`; the alloc and CuPy stages
 # s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy)
 # t: scripts/bench-gpu.sh's PyTorch stage alone
 # Results in $OUT/r and $OUT/r.tgz.
@@ -95,6 +96,21 @@ d)
     ls build-gpu/.libs/libcupool.so >/dev/null 2>&1 || build build-gpu
     sanitize ${TESTS_BUDGET:-150} 12 test_ready test_modes test_kernel_race test_stress test_capture test_queue
     ;;
+e)
+    # test_ready under the sanitizer in `sync` (d: its ordered-auto case
+    # inherited CUPOOL_FREE=sync; it now names auto), then the allocation
+    # pair and CuPy stages of scripts/bench-gpu.sh (loop.cu's programs have
+    # non-blocking streams, hence `deferred`, and the memset stage makes no
+    # `ordered` free: their figures are session 17's)
+    ls build-gpu/.libs/libcupool.so >/dev/null 2>&1 || build build-gpu
+    ( cd build-gpu && make -j8 check TESTS= >/dev/null 2>&1 )
+    GPU_TESTS_SKIP_CHECK=1 SANITIZE_ONLY=test_ready UTHASH_DIR=$R/.vendor/uthash TESTS_BUDGET=60 SANITIZER_JOBS=4 \
+        sh scripts/gpu-tests.sh $OUT/r/tests >$OUT/r/gpu-tests.txt 2>&1
+    grep -E "^sanitizer:" $OUT/r/gpu-tests.txt
+    BENCH_ONLY="alloc cupy" BENCH_BUDGET=${BENCH_BUDGET:-250} timeout 400 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
+    echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
+    rm -rf $OUT/r/s/logs
+    ;;
 s)
     BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-300} timeout 590 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
@@ -105,6 +121,6 @@ t)
     echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/t.txt | grep -v "^  rc=\|^+ " | tail -70
     rm -rf $OUT/r/t/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 a|c|b|d|s|t" >&2; exit 2 ;;
+*) echo "usage: OUT=DIR bash $0 a|c|b|d|e|s|t" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
