@@ -177,10 +177,12 @@ static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
     return cupool_legacy_pool_call(NULL, &ptr, 0);
 }
 
-/* Whether `ordered` keeps freed blocks for reuse (CUPOOL_ORDERED_READY not 0). */
-static inline int cupool_ordered_ready_on(void)
+/* Whether `ordered` keeps a freed block of this size for reuse: not when
+ * it is larger than the whole store may be (CUPOOL_ORDERED_READY; 0 keeps
+ * none), which would hand it straight back at a cost of its own. */
+static inline int cupool_ordered_keeps(size_t size)
 {
-    return cupool_option_started(CUPOOL_OPT_ORDERED_READY) != 0;
+    return size <= cupool_option_started(CUPOOL_OPT_ORDERED_READY);
 }
 /* Serves an `ordered` allocation (no capture in progress, the context
  * current) from a block of this size the context freed earlier: 1 when

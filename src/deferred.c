@@ -768,7 +768,7 @@ int cupool_free_keeps_block(const cupool_origin_t *o)
      * synchronization may be touched: the block is held until it ends. */
     if (cupool_capturing()) return 1;
     int mode = atomic_load_explicit(&o->owner->mode, memory_order_relaxed);
-    return mode == CUPOOL_FREE_DEFERRED || (mode == CUPOOL_FREE_ORDERED && cupool_ordered_ready_on());
+    return mode == CUPOOL_FREE_DEFERRED || (mode == CUPOOL_FREE_ORDERED && cupool_ordered_keeps(o->size));
 }
 
 __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)

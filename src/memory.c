@@ -130,12 +130,12 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
 /* What the fast free does with a block (arg: the calling thread's context
  * state): nothing unless the block's context is that one and the fast
  * paths serve it now; in `ordered` it keeps the block for reuse unless
- * CUPOOL_ORDERED_READY=0; otherwise it frees it at once. */
+ * CUPOOL_ORDERED_READY says no; otherwise it frees it at once. */
 static CUPOOL_HOT_PATH enum cupool_origin_action fast_free_action(const cupool_origin_t *o, const void *current)
 {
     int mode;
     if (o->owner != current || !(mode = fast_mode(o->owner))) return CUPOOL_ORIGIN_LEAVE;
-    return mode == CUPOOL_FREE_ORDERED && cupool_ordered_ready_on() ? CUPOOL_ORIGIN_KEEP : CUPOOL_ORIGIN_REMOVE;
+    return mode == CUPOOL_FREE_ORDERED && cupool_ordered_keeps(o->size) ? CUPOOL_ORIGIN_KEEP : CUPOOL_ORIGIN_REMOVE;
 }
 
 /* Serves cuMemFree of a block fast_free_action() takes; 1 when served,

@@ -49,6 +49,8 @@
  *               default settings).
  *   ordered-off, -threshold0, -cap, -limit, -release, -oom,
  *   -oom-other-context, -held, -capture: as above, in `ordered`.
+ *   ordered-over-cap: a block larger than CUPOOL_ORDERED_READY goes
+ *               straight back to its pool.
  *   ordered-switch: auto moving to `deferred` synchronizes the context, so
  *               a block `ordered` kept then serves with no event at all.
  *   ordered-leave: auto moving from `ordered` to `sync` hands them back.
@@ -221,6 +223,25 @@ static int ordered_reuse(void)
     printf("a second later: pool used %llu\n", (unsigned long long)used_aged);
     CHECK_TRUE(used_aged < SLACK);
     CHECK_CU(cuMemFree(again));
+    return 0;
+}
+
+/* With CUPOOL_ORDERED_READY=8M: a block larger than the whole store goes
+ * straight back to its pool, the others are kept. */
+static int ordered_over_cap(void)
+{
+    tl_init(0);
+    CUdeviceptr big, small;
+    CHECK_CU(cuMemAlloc(&big, 4 * BLOCK));
+    CHECK_CU(cuMemAlloc(&small, BLOCK));
+    CUmemoryPool pool = tl_pool_of(big);
+    CHECK_TRUE(pool != NULL);
+    CHECK_CU(cuMemFree(big));
+    CHECK_CU(cuMemFree(small));
+    CHECK_CU(cuCtxSynchronize());
+    uint64_t used = tl_pool_used(pool);
+    printf("over the cap: pool used %llu after freeing 16 MiB and 4 MiB\n", (unsigned long long)used);
+    CHECK_TRUE(used >= BLOCK && used < 2 * BLOCK);
     return 0;
 }
 
@@ -505,6 +526,7 @@ static const tl_case_t cases[] = {
     {"ordered-off", off, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
     {"ordered-threshold0", off, {"CUPOOL_FREE=ordered", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
+    {"ordered-over-cap", ordered_over_cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-limit", limit, {"CUPOOL_FREE=ordered", "CUPOOL_LIMIT=17M", NULL}, 0},
     {"ordered-release", release, {"CUPOOL_FREE=ordered", NULL}, 0},
     {"ordered-oom", oom, {"CUPOOL_FREE=ordered", "SIMCUDA_MEM=64M", NULL}, 1},
