@@ -1,6 +1,6 @@
 #!/bin/bash
 # The eighteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run18.sh a|c|b|d|e|s|t
+#   OUT=DIR bash docs/examples/run18.sh a|c|b|d|e|f|s|t
 # The library keeps `ordered` frees for the next allocation of their size,
 # with one event on the legacy stream between a free and the block's reuse
 # (src/deferred.c, "ordered reuse"; CUPOOL_ORDERED_READY, default 1G).
@@ -17,6 +17,7 @@
 #    cudart/PyTorch/CuPy proofs)
 # d: the sanitizer alone on the tests of the store (b ran out of time)
 # e: test_ready under the sanitizer in `sync`; the alloc and CuPy stages
+# f: the alloc and PyTorch stages with the library as it ends the session
 # s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy)
 # t: scripts/bench-gpu.sh's PyTorch stage alone
 # Results in $OUT/r and $OUT/r.tgz.
@@ -111,6 +112,14 @@ e)
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
     rm -rf $OUT/r/s/logs
     ;;
+f)
+    # The library as it ends the session (a block larger than the store goes
+    # straight back): the allocation pair and PyTorch stages in one call,
+    # what the device time left allowed
+    BENCH_ONLY="alloc torch" BENCH_BUDGET=${BENCH_BUDGET:-380} timeout 400 sh scripts/bench-gpu.sh $OUT/r/f >$OUT/r/f.txt 2>&1
+    echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/f.txt | tail -40
+    rm -rf $OUT/r/f/logs
+    ;;
 s)
     BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-300} timeout 590 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
@@ -121,6 +130,6 @@ t)
     echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/t.txt | grep -v "^  rc=\|^+ " | tail -70
     rm -rf $OUT/r/t/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 a|c|b|d|e|s|t" >&2; exit 2 ;;
+*) echo "usage: OUT=DIR bash $0 a|c|b|d|e|f|s|t" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
