@@ -521,8 +521,9 @@ static int record_ordered_fence(cupool_context_t *c)
 
 int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
-    /* Read without the lock: an empty store costs no lock. */
-    if (!c->ready_oldest) return 0;
+    /* Read without the lock: an empty store costs no lock, nor does a size
+     * it never keeps. */
+    if (!c->ready_oldest || !cupool_ordered_keeps(size)) return 0;
     CUdeviceptr ptr = 0;
     int fenced = 1;
     pthread_mutex_lock(&c->lock);
