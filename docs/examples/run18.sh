@@ -1,6 +1,6 @@
 #!/bin/bash
 # The eighteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run18.sh a|c|b|d|e|f|s|t
+#   OUT=DIR bash docs/examples/run18.sh a|c|b|d|e|f|g|s|t
 # The library keeps `ordered` frees for the next allocation of their size,
 # with one event on the legacy stream between a free and the block's reuse
 # (src/deferred.c, "ordered reuse"; CUPOOL_ORDERED_READY, default 1G).
@@ -18,6 +18,7 @@
 # d: the sanitizer alone on the tests of the store (b ran out of time)
 # e: test_ready under the sanitizer in `sync`; the alloc and CuPy stages
 # f: the alloc and PyTorch stages with the library as it ends the session
+# g: PyTorch infer, caching against cupool's default settings (peak memory)
 # s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy)
 # t: scripts/bench-gpu.sh's PyTorch stage alone
 # Results in $OUT/r and $OUT/r.tgz.
@@ -120,6 +121,21 @@ f)
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/f.txt | tail -40
     rm -rf $OUT/r/f/logs
     ;;
+g)
+    # With the device time left (111 s): PyTorch's infer workload (60
+    # churning shapes), where the store's price in memory would show, the
+    # caching allocator against cupool's default settings, one process each
+    build build-gpu
+    for v in caching nocache-cupool; do
+        if [ $v = caching ]; then
+            timeout 40 python3 bench/torch_bench.py --worker caching --workload infer
+        else
+            PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 40 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so \
+                -- python3 bench/torch_bench.py --worker nocache-cupool --workload infer
+        fi | tail -1 >>$OUT/r/infer.jsonl
+        tail -1 $OUT/r/infer.jsonl
+    done
+    ;;
 s)
     BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-300} timeout 590 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
@@ -130,6 +146,6 @@ t)
     echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/t.txt | grep -v "^  rc=\|^+ " | tail -70
     rm -rf $OUT/r/t/logs
     ;;
-*) echo "usage: OUT=DIR bash $0 a|c|b|d|e|f|s|t" >&2; exit 2 ;;
+*) echo "usage: OUT=DIR bash $0 a|c|b|d|e|f|g|s|t" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
