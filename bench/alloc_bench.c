@@ -2,9 +2,12 @@
  * alloc_bench: the cost of one device allocation + free pair, by size and
  * thread count.  Mode `api` issues cuMemAlloc/cuMemFree: the real driver when
  * run plainly ("native"), cupool when run under it.  The `bare-*` modes issue
- * the exact pool calls each cupool free mode makes, without cupool, so that
- * cupool's own overhead is the difference between the two:
+ * the pool calls each cupool free mode makes for a block it takes from the
+ * pool and gives back to it, without cupool:
  *   bare-ordered   cuMemAllocFromPoolAsync + cuMemFreeAsync on CU_STREAM_LEGACY
+ *                  (what a plain redirect makes; cupool's `ordered` serves an
+ *                  allocation of a size freed before from its store instead,
+ *                  after one cuEventRecord on the legacy stream)
  *   bare-sync      alloc on a private non-blocking stream, then cuStreamQuery
  *                  of it (cuStreamSynchronize only if not yet complete);
  *                  free = cuCtxSynchronize + cuMemFreeAsync on CU_STREAM_LEGACY

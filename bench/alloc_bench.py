@@ -4,7 +4,10 @@
   native            cuMemAlloc + cuMemFree on the real driver
   cupool-MODE       cuMemAlloc + cuMemFree under cupool with CUPOOL_FREE=MODE,
                     its timed rounds alternating (alloc_bench -p) with those of
-  bare-MODE         the pool calls of cupool's free MODE, issued straight to
+  bare-MODE         the pool calls of cupool's free MODE for a block it takes
+                    from the pool and gives back (bare-ordered: what a plain
+                    redirect makes; cupool's ordered serves a size it freed
+                    before from its store instead), issued straight to
                     the driver in the same process (auto pairs with
                     bare-ordered: what auto does in a program without
                     non-blocking streams)

@@ -71,8 +71,14 @@ def rounds_sentence(results, name):
     the targets compare ran alone, and how the two ratios use them."""
     d = load(results, name) or {}
     runs = {(r["workload"], r["config"]): len(r.get("rounds_ms") or []) for r in d.get("rows", []) if r.get("ok")}
-    if not runs or max(runs.values()) < 2:
+    never = sum(1 for e in d.get("errors", []) if e.endswith("out of time (BENCH_DEADLINE)") and ".round1:" in e)
+    if not runs:
         return ""
+    if max(runs.values()) < 2:
+        if not never:
+            return ""
+        return (" Every configuration was to run at least once; the stage ran out of time before %d of them "
+                "ran at all, and each of the others ran once." % never)
     cfg = d.get("config") or {}
     full = cfg.get("rounds") or 1
     short = sum(1 for n in runs.values() if n < full)
@@ -107,7 +113,11 @@ def section_alloc(results):
     text = ["`bench/alloc_bench` times a `cuMemAlloc` + `cuMemFree` pair per size and thread count "
             "(each thread its own loop on the primary context; time = wall time / pairs per thread, "
             + timing + "). *native* is the real driver, *cupool-MODE* the program under cupool with "
-            "`CUPOOL_FREE=MODE`, and *bare-MODE* the exact pool calls cupool's free MODE makes, issued by the "
+            "`CUPOOL_FREE=MODE`, and *bare-MODE* the pool calls cupool's free MODE makes for a block it takes from "
+            "the pool and gives back to it (*bare-ordered*: `cuMemAllocFromPoolAsync` + `cuMemFreeAsync` on the "
+            "legacy stream, what a plain redirect makes; cupool's `ordered` serves an allocation of a size it "
+            "freed before from its store instead, after one event on the legacy stream; *bare-deferred* keeps "
+            "blocks ready as cupool does), issued by the "
             "benchmark straight to the driver in the same process, in timed rounds alternating with cupool's "
             "(`alloc_bench -p`): both share one address-space layout and GPU state, which otherwise move a "
             "pair by tenths of a microsecond between processes. A *ratio* is the median over the runs of "
