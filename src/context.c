@@ -196,11 +196,12 @@ void cupool_synchronize_switch(cupool_context_t *c)
 {
     int pushed = cupool_enter_context(c->ctx);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
+    uint64_t kept = cupool_deferred_before_sync(c);
     CUresult r = real_cuCtxSynchronize();
     cupool_relaxed_end(previous);
     cupool_leave_context(pushed);
     c->sync_due = 0;
-    if (r == CUDA_SUCCESS) cupool_deferred_synchronized(c);
+    if (r == CUDA_SUCCESS) cupool_deferred_synchronized(c, kept);
     if (r != CUDA_SUCCESS)
         cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
                        cupool_result_name(r));

@@ -87,8 +87,9 @@ typedef struct cupool_context {
     struct ready_size *ready_sizes;          /* deferred blocks ready for reuse, by size (deferred.c) */
     deferred_block_t *ready_oldest, *ready_newest;
     uint64_t ready_bytes;
-    uint64_t fences;                         /* ordered fences recorded and synchronizations made so far (deferred.c) */
-    uint64_t synced_fences;                  /* ... as counted at the last synchronization of the context */
+    uint64_t fences;                         /* ordered fences recorded so far (deferred.c) */
+    uint64_t kept;                           /* blocks `ordered` kept so far (deferred.c) */
+    uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */
     CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
     struct cupool_context *next;             /* registry chain */
     cupool_queue_t queue;
@@ -255,9 +256,12 @@ static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
     return c->ready_bytes;
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
-/* The context has synchronized: the users of every block it keeps are done
- * (blocks freed in `ordered` then serve `deferred` too). */
-void cupool_deferred_synchronized(cupool_context_t *c);
+/* Around a synchronization of the context: what `before` answers just
+ * before it, `synchronized` takes once it has succeeded, and the users of
+ * every block `ordered` kept until then are known to be done (those blocks
+ * then serve `deferred` too). */
+uint64_t cupool_deferred_before_sync(cupool_context_t *c);
+void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before);
 /* Frees the deferred-free records a context keeps for reuse (its teardown). */
 void cupool_deferred_free_spares(cupool_context_t *c);
 /* Whether cupool_reclaim has anything to do for a context (a switch out of

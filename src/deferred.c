@@ -29,8 +29,10 @@ struct deferred_block {
     deferred_block_t *next;               /* in its pending, batch or held list, or its size's ready list */
     deferred_block_t *older, *newer;      /* ready: the context's ready blocks, oldest first */
     uint64_t fenced_ns;                   /* ready: when its batch's fence was recorded (ordered: its free) */
-    uint64_t due;                         /* ready: 0 when its users are done; freed in `ordered`, the count of
-                                             c->fences from which it may serve (see "ordered reuse") */
+    uint64_t due;                         /* ready, kept by `ordered`: the count of c->fences from which it may
+                                             serve (see "ordered reuse"); 0 otherwise */
+    uint64_t kept;                        /* ready, kept by `ordered`: its number in c->kept; 0 otherwise (its
+                                             users are done) */
 };
 
 /* The ready blocks of one size, oldest first. */
@@ -240,11 +242,11 @@ static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
     return b;
 }
 
-/* Whether the users of a block in the store may still be running: freed
- * in `ordered`, and the context not synchronized since.  c->lock held. */
+/* Whether the users of a block in the store may still be running: kept by
+ * `ordered`, and the context not synchronized since.  c->lock held. */
 static int ready_block_busy(const cupool_context_t *c, const deferred_block_t *b)
 {
-    return b->due > c->synced_fences;
+    return b->kept > c->kept_done;
 }
 
 /* Hands one block, no longer anywhere in cupool's lists, back to its pool,
@@ -262,7 +264,7 @@ static void release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
         stream = CU_STREAM_LEGACY;
     }
     if (hold) {
-        b->due = 0;
+        b->due = b->kept = 0;
         b->next = c->held;
         c->held = b;
     } else {
@@ -477,7 +479,8 @@ static CUresult record_fence_gated(cupool_context_t *c, CUevent fence)
  * free: one fence serves every block freed before it.  A block the store
  * hands back to its pool goes on the legacy stream, as `ordered` frees.  A
  * synchronization of the context (the move out of `ordered`, teardown)
- * completes every user: the blocks then serve `deferred` as well.  The
+ * completes every user of the blocks kept before it began (numbered in
+ * c->kept, their `kept`): those then serve `deferred` as well.  The
  * store's rules are deferred's (cap CUPOOL_ORDERED_READY, age, limit,
  * out-of-memory, cuMemGetInfo), and so is its price: a block waits for its
  * own size where the pool could have served any smaller request from it. */
@@ -555,6 +558,7 @@ static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
         b->ptr = o->ptr;
         b->size = o->size;
         b->due = c->fences + 1;
+        b->kept = ++c->kept;
         ready_put(c, b, now_ns, c->private_stream);
         ready_trim(c, ready_cap(c), now_ns, c->private_stream);
     }
@@ -567,10 +571,20 @@ static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
     return r == CUDA_SUCCESS ? r : cupool_free_failed(o, r);
 }
 
-void cupool_deferred_synchronized(cupool_context_t *c)
+/* The count of kept blocks before the synchronization, not after: a block
+ * kept while it runs may have users it does not wait for. */
+uint64_t cupool_deferred_before_sync(cupool_context_t *c)
 {
     pthread_mutex_lock(&c->lock);
-    c->synced_fences = ++c->fences;
+    uint64_t kept = c->kept;
+    pthread_mutex_unlock(&c->lock);
+    return kept;
+}
+
+void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before)
+{
+    pthread_mutex_lock(&c->lock);
+    if (before > c->kept_done) c->kept_done = before;
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -745,7 +759,7 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     }
     b->ptr = o->ptr;
     b->size = o->size;
-    b->due = 0; /* back in its pool, or in the store, only once its fence has completed */
+    b->due = b->kept = 0; /* back in its pool, or in the store, only once its fence has completed */
     if (held) {
         b->next = c->held;
         c->held = b;
@@ -806,7 +820,7 @@ CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, i
  * complete, without looking at its events (they may be gone with it). */
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
 {
-    c->synced_fences = ++c->fences;
+    c->kept_done = c->kept;
     while (c->head) {
         deferred_batch_t *batch = c->head;
         c->head = batch->next;
