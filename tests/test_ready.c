@@ -110,10 +110,24 @@ static void check_records(long long since, long long made)
     if (since >= 0) CHECK_EQ(legacy_records(), since + made);
 }
 
+/* The store holds two blocks of BLOCK: unused for a second after their
+ * frees, they go back to the pool at the next allocation. */
+static void check_aged_blocks_go_back(CUmemoryPool pool)
+{
+    CUdeviceptr again;
+    CHECK_TRUE(tl_pool_used(pool) >= 2 * BLOCK);
+    usleep(1100 * 1000);
+    CHECK_CU(cuMemAlloc(&again, SMALL));
+    uint64_t used_aged = tl_pool_used(pool);
+    printf("a second later: pool used %llu\n", (unsigned long long)used_aged);
+    CHECK_TRUE(used_aged < SLACK);
+    CHECK_CU(cuMemFree(again));
+}
+
 static int reuse(void)
 {
     tl_init(0);
-    CUdeviceptr a, b, c1, c2, again;
+    CUdeviceptr a, b, c1, c2;
     CHECK_CU(cuMemAlloc(&a, BLOCK));
     tl_fill(a, BLOCK, 0xA1A1A1A1u);
     CUmemoryPool pool = tl_pool_of(a);
@@ -148,15 +162,7 @@ static int reuse(void)
     CHECK_CU(cuMemFree(c1));
     CHECK_CU(cuMemFree(c2));
     settle();
-    CHECK_TRUE(tl_pool_used(pool) >= 2 * BLOCK);
-    /* Unused for a second after their frees, they go back to the pool at
-     * the next call. */
-    usleep(1100 * 1000);
-    CHECK_CU(cuMemAlloc(&again, SMALL));
-    uint64_t used_aged = tl_pool_used(pool);
-    printf("a second later: pool used %llu\n", (unsigned long long)used_aged);
-    CHECK_TRUE(used_aged < SLACK);
-    CHECK_CU(cuMemFree(again));
+    check_aged_blocks_go_back(pool);
     /* Not before its fence has completed (the simulator's events answer
      * NOT_READY to their first queries): the next block is another. */
     if (!check_real_driver()) {
@@ -173,7 +179,7 @@ static int reuse(void)
 static int ordered_reuse(void)
 {
     tl_init(0);
-    CUdeviceptr a, b, c1, c2, d1, d2, other, again;
+    CUdeviceptr a, b, c1, c2, d1, d2, other;
     CHECK_CU(cuMemAlloc(&a, BLOCK));
     tl_fill(a, BLOCK, 0xA1A1A1A1u);
     CUmemoryPool pool = tl_pool_of(a);
@@ -214,15 +220,7 @@ static int ordered_reuse(void)
     CHECK_NE(other, d1);
     CHECK_CU(cuMemFree(other));
     CHECK_CU(cuMemFree(d2));
-    CHECK_TRUE(tl_pool_used(pool) >= 2 * BLOCK);
-    /* Unused for a second after their frees, they go back to the pool at
-     * the next allocation. */
-    usleep(1100 * 1000);
-    CHECK_CU(cuMemAlloc(&again, SMALL));
-    uint64_t used_aged = tl_pool_used(pool);
-    printf("a second later: pool used %llu\n", (unsigned long long)used_aged);
-    CHECK_TRUE(used_aged < SLACK);
-    CHECK_CU(cuMemFree(again));
+    check_aged_blocks_go_back(pool);
     return 0;
 }
 
