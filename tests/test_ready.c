@@ -124,16 +124,26 @@ static void check_aged_blocks_go_back(CUmemoryPool pool)
     CHECK_CU(cuMemFree(again));
 }
 
+/* A reuse case's first block, allocated and filled: its pool, the pool's
+ * used bytes and what cuMemGetInfo counts free beyond the device. */
+static void first_block(CUdeviceptr *a, CUmemoryPool *pool, uint64_t *used_live, int64_t *beyond_live)
+{
+    CHECK_CU(cuMemAlloc(a, BLOCK));
+    tl_fill(*a, BLOCK, 0xA1A1A1A1u);
+    *pool = tl_pool_of(*a);
+    CHECK_TRUE(*pool != NULL);
+    *used_live = tl_pool_used(*pool);
+    *beyond_live = free_beyond_device();
+}
+
 static int reuse(void)
 {
     tl_init(0);
     CUdeviceptr a, b, c1, c2;
-    CHECK_CU(cuMemAlloc(&a, BLOCK));
-    tl_fill(a, BLOCK, 0xA1A1A1A1u);
-    CUmemoryPool pool = tl_pool_of(a);
-    CHECK_TRUE(pool != NULL);
-    uint64_t used_live = tl_pool_used(pool);
-    int64_t beyond_live = free_beyond_device();
+    CUmemoryPool pool;
+    uint64_t used_live;
+    int64_t beyond_live;
+    first_block(&a, &pool, &used_live, &beyond_live);
     CHECK_CU(cuMemFree(a));
     settle();
     /* Free for the program, still allocated from the pool. */
@@ -180,12 +190,10 @@ static int ordered_reuse(void)
 {
     tl_init(0);
     CUdeviceptr a, b, c1, c2, d1, d2, other;
-    CHECK_CU(cuMemAlloc(&a, BLOCK));
-    tl_fill(a, BLOCK, 0xA1A1A1A1u);
-    CUmemoryPool pool = tl_pool_of(a);
-    CHECK_TRUE(pool != NULL);
-    uint64_t used_live = tl_pool_used(pool);
-    int64_t beyond_live = free_beyond_device();
+    CUmemoryPool pool;
+    uint64_t used_live;
+    int64_t beyond_live;
+    first_block(&a, &pool, &used_live, &beyond_live);
     /* No synchronization anywhere below: `ordered` needs none. */
     CHECK_CU(cuMemFree(a));
     CHECK_EQ(tl_pool_used(pool), used_live);
