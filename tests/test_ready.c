@@ -58,12 +58,16 @@
  *               calls on the legacy stream (the store off) and `sync`'s
  *               frees made on another thread (a capture waits for the
  *               legacy-stream calls in flight as it begins, stream.c).
+ *   capture-waits: a capture another thread begins while such a call runs
+ *               begins only once it has returned (simulator only: its pool
+ *               calls run a test's hook inside them).
  */
 #define _GNU_SOURCE
 #include "testlib.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -496,6 +500,54 @@ static int capture(void)
     return 0;
 }
 
+/* capture-waits: a capture begun on another thread while cupool's pool
+ * call on the legacy stream runs (the simulator's hook runs inside the
+ * call, as a tool's callback does) begins only once the call returns. */
+static CUcontext waits_ctx;
+static CUstream waits_stream;
+static atomic_int waits_hooked, waits_begun;
+static pthread_t waits_thread;
+
+static void *begin_capture(void *arg)
+{
+    (void)arg;
+    CUgraph g;
+    CHECK_CU(cuCtxSetCurrent(waits_ctx));
+    CHECK_CU(cuStreamBeginCapture(waits_stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+    atomic_store(&waits_begun, 1);
+    CHECK_CU(cuStreamEndCapture(waits_stream, &g));
+    CHECK_CU(cuGraphDestroy(g));
+    return NULL;
+}
+
+static void hook_begin_capture(void)
+{
+    if (atomic_exchange(&waits_hooked, 1)) return;
+    CHECK_TRUE(pthread_create(&waits_thread, NULL, begin_capture, NULL) == 0);
+    usleep(100 * 1000);
+    CHECK_EQ(atomic_load(&waits_begun), 0);
+}
+
+static int capture_waits(void)
+{
+    waits_ctx = tl_init(0);
+    void (*set_hook)(void (*)(void)) = (void (*)(void (*)(void)))dlsym(RTLD_DEFAULT, "simcuda_set_pool_call_hook");
+    CHECK_TRUE(set_hook != NULL);
+    CHECK_CU(cuStreamCreate(&waits_stream, CU_STREAM_DEFAULT));
+    CUdeviceptr p;
+    /* What cupool does once per device comes first. */
+    CHECK_CU(cuMemAlloc(&p, BLOCK));
+    CHECK_CU(cuMemFree(p));
+    set_hook(hook_begin_capture);
+    CHECK_CU(cuMemAlloc(&p, SMALL));
+    set_hook(NULL);
+    CHECK_TRUE(pthread_join(waits_thread, NULL) == 0);
+    CHECK_EQ(atomic_load(&waits_begun), 1);
+    CHECK_CU(cuMemFree(p));
+    CHECK_CU(cuStreamDestroy(waits_stream));
+    return 0;
+}
+
 static const tl_case_t cases[] = {
     {"reuse", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_STATS=1", NULL}, 0,
      "allocations served by a ready block"},
@@ -543,6 +595,7 @@ static const tl_case_t cases[] = {
      * free after its synchronization, against captures on another thread. */
     {"ordered-capture-off", capture, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
     {"sync-capture", capture, {"CUPOOL_FREE=sync", NULL}, 0},
+    {"capture-waits", capture_waits, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 1},
     {"ordered-switch", ordered_switch, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0,
      "free mode ordered -> deferred"},
     {"ordered-leave", ordered_leave, {"CUPOOL_FREE=auto", NULL}, 0},
