@@ -179,11 +179,13 @@ static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
 }
 
 /* Whether `ordered` keeps a freed block of this size for reuse: not when
- * it is larger than the whole store may be (CUPOOL_ORDERED_READY; 0 keeps
- * none), which would hand it straight back at a cost of its own. */
+ * it is larger than the whole store may be (CUPOOL_ORDERED_READY, and
+ * CUPOOL_RELEASE_THRESHOLD if lower; 0 keeps none), which would hand it
+ * straight back at a cost of its own. */
 static inline int cupool_ordered_keeps(size_t size)
 {
-    return size <= cupool_option_started(CUPOOL_OPT_ORDERED_READY);
+    return size <= cupool_option_started(CUPOOL_OPT_ORDERED_READY) &&
+           size <= cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
 }
 /* Serves an `ordered` allocation (no capture in progress, the context
  * current) from a block of this size the context freed earlier: 1 when
