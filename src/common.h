@@ -123,8 +123,9 @@ static inline int cupool_capturing(void)
     return atomic_load_explicit(&cupool_hot.captures, memory_order_relaxed) > 0;
 }
 
-/* cupool's pool calls on the legacy stream (`ordered`, and `sync`'s free
- * with the synchronization before it), which a capture beginning on
+/* cupool's calls on the legacy stream (`ordered`'s pool calls, and the
+ * events and frees of its store; `sync`'s free with the synchronization
+ * before it), which a capture beginning on
  * another thread meanwhile would see as an implicit dependency: the driver
  * fails the call and invalidates the capture.  So such a call is counted
  * while it runs, and a capture begins only once no counted call runs (or
@@ -145,6 +146,18 @@ static inline void cupool_legacy_leave(void)
 {
     atomic_fetch_sub_explicit(&cupool_legacy_calls, 1, memory_order_release);
 }
+
+/* uthash's hash for keys of one 64-bit word (device pointers, sizes): one
+ * multiply mixes them well enough, where uthash's default (Jenkins) costs
+ * several times more per lookup.  A file defines HASH_FUNCTION as this
+ * before it includes uthash.h. */
+#define CUPOOL_WORD_HASH(keyptr, keylen, hashv)                                                    \
+    do {                                                                                          \
+        uint64_t key_;                                                                            \
+        memcpy(&key_, (keyptr), sizeof key_);                                                     \
+        (void)(keylen);                                                                           \
+        (hashv) = (unsigned)((key_ * 0x9E3779B97F4A7C15ull) >> 32);                               \
+    } while (0)
 
 /* Loads libcuda.so.1 and every real_* pointer once; false if the driver is
  * missing.  cupool_driver_ready is its inline fast path: every shim asks. */

@@ -87,6 +87,7 @@ typedef struct cupool_context {
     struct ready_size *ready_sizes;          /* deferred blocks ready for reuse, by size (deferred.c) */
     deferred_block_t *ready_oldest, *ready_newest;
     uint64_t ready_bytes;
+    int ready_empty;                         /* sizes in ready_sizes whose list is empty (deferred.c) */
     uint64_t fences;                         /* ordered fences recorded so far (deferred.c) */
     uint64_t kept;                           /* blocks `ordered` kept so far (deferred.c) */
     uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */

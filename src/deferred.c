@@ -20,6 +20,7 @@
 /* A block the ready store cannot index (no host memory for uthash's
  * buckets) goes back to its pool instead: never uthash's exit(). */
 #define HASH_NONFATAL_OOM 1
+#define HASH_FUNCTION CUPOOL_WORD_HASH
 #include <uthash.h>
 
 /* A freed block not yet back in its pool. */
@@ -116,8 +117,9 @@ static void free_records(cupool_spare_list_t *list)
 
 void cupool_deferred_free_spares(cupool_context_t *c)
 {
-    /* The ready store holds its sentinel alone by now, unless the context's
-     * blocks could not be handed back (they died with it). */
+    /* The ready store holds its sentinel and empty lists alone by now,
+     * unless the context's blocks could not be handed back (they died with
+     * it). */
     for (deferred_block_t *b = c->ready_oldest, *newer; b; b = newer) {
         newer = b->newer;
         free(b);
@@ -130,6 +132,7 @@ void cupool_deferred_free_spares(cupool_context_t *c)
         HASH_DEL(c->ready_sizes, rs);
         free(rs);
     }
+    c->ready_empty = 0;
     free_records(&c->spare_blocks);
     free_records(&c->spare_batches);
     free_records(&c->spare_sizes);
@@ -218,11 +221,30 @@ static uint64_t ready_cap(const cupool_context_t *c)
     return cap;
 }
 
+/* The list of a size, which may be empty; NULL when the size has none. */
 static struct ready_size *ready_find(cupool_context_t *c, size_t size)
 {
     struct ready_size *rs = NULL;
     HASH_FIND(hh, c->ready_sizes, &size, sizeof size, rs);
     return rs;
+}
+
+/* A size whose list empties keeps it, for the next block of that size: a
+ * program frees and allocates the same sizes over and over, and removing
+ * the list and adding it again cost more than the rest of a reuse.  Past
+ * READY_EMPTY_MAX empty lists they all go.  c->lock held. */
+#define READY_EMPTY_MAX 256
+
+static void ready_drop_empty(cupool_context_t *c)
+{
+    struct ready_size *rs, *tmp;
+    HASH_ITER(hh, c->ready_sizes, rs, tmp)
+    {
+        if (rs->oldest || rs->size == 0) continue; /* the sentinel (ready_put) stays */
+        HASH_DEL(c->ready_sizes, rs);
+        give_record(&c->spare_sizes, rs);
+    }
+    c->ready_empty = 0;
 }
 
 /* Takes the oldest block of its size (rs) out of the store.  c->lock held. */
@@ -231,8 +253,8 @@ static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
     deferred_block_t *b = rs->oldest;
     rs->oldest = b->next;
     if (!rs->oldest) {
-        HASH_DEL(c->ready_sizes, rs);
-        give_record(&c->spare_sizes, rs);
+        rs->newest = NULL;
+        if (++c->ready_empty > READY_EMPTY_MAX) ready_drop_empty(c);
     }
     if (b->older) b->older->newer = b->newer;
     else c->ready_oldest = b->newer;
@@ -257,10 +279,10 @@ static int ready_block_busy(const cupool_context_t *c, const deferred_block_t *b
  * held for the capture's end (release_held waits for their users). */
 static void release_block(cupool_context_t *c, deferred_block_t *b, CUstream stream)
 {
-    int gated = ready_block_busy(c, b), hold = 0;
-    if (CUPOOL_UNLIKELY(gated)) {
-        cupool_capture_gate_enter();
-        hold = atomic_load(&cupool_hot.captures) > 0;
+    int legacy = 0, hold = 0;
+    if (CUPOOL_UNLIKELY(ready_block_busy(c, b))) {
+        legacy = cupool_legacy_enter();
+        hold = !legacy;
         stream = CU_STREAM_LEGACY;
     }
     if (hold) {
@@ -275,7 +297,7 @@ static void release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
         give_back(b->ptr, stream);
         give_record(&c->spare_blocks, b);
     }
-    if (gated) cupool_capture_gate_leave();
+    if (legacy) cupool_legacy_leave();
 }
 
 /* Hands a list of blocks back to the pool; their users are all done.
@@ -318,6 +340,7 @@ static struct ready_size *ready_size_add(cupool_context_t *c, size_t size)
 static void ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_ns, CUstream stream)
 {
     struct ready_size *rs = ready_find(c, b->size);
+    if (rs && !rs->oldest) c->ready_empty--;
     /* A sentinel of size 0 (no allocation has that size) keeps the table
      * from emptying: uthash would free its buckets with the last size and
      * allocate them again with the next. */
@@ -347,7 +370,7 @@ static void ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_
 static CUdeviceptr ready_take(cupool_context_t *c, size_t size)
 {
     struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
-    if (!rs || ready_block_busy(c, rs->oldest)) return 0;
+    if (!rs || !rs->oldest || ready_block_busy(c, rs->oldest)) return 0;
     deferred_block_t *b = ready_pop(c, rs);
     CUdeviceptr ptr = b->ptr;
     give_record(&c->spare_blocks, b);
@@ -504,11 +527,10 @@ static int record_ordered_fence(cupool_context_t *c)
     CUresult r = CUDA_SUCCESS;
     if (!c->ordered_fence) r = real_cuEventCreate(&c->ordered_fence, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS) c->ordered_fence = NULL;
+    if (r == CUDA_SUCCESS && !cupool_legacy_enter()) r = CUPOOL_CAPTURE_IN_PROGRESS;
     if (r == CUDA_SUCCESS) {
-        cupool_capture_gate_enter();
-        r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS
-                                                  : real_cuEventRecord(c->ordered_fence, CU_STREAM_LEGACY);
-        cupool_capture_gate_leave();
+        r = real_cuEventRecord(c->ordered_fence, CU_STREAM_LEGACY);
+        cupool_legacy_leave();
     }
     if (r == CUDA_SUCCESS) {
         c->fences++;
@@ -531,7 +553,7 @@ int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
     int fenced = 1;
     pthread_mutex_lock(&c->lock);
     struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
-    if (rs && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) > 0)) {
+    if (rs && rs->oldest && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) > 0)) {
         deferred_block_t *b = ready_pop(c, rs);
         ptr = b->ptr;
         give_record(&c->spare_blocks, b);

@@ -26,15 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Keys are device pointers: one multiply mixes them well enough, where
- * uthash's default (Jenkins) costs several times more per lookup. */
-#define HASH_FUNCTION(keyptr, keylen, hashv)                                                      \
-    do {                                                                                          \
-        uint64_t key_;                                                                            \
-        memcpy(&key_, (keyptr), sizeof key_);                                                     \
-        (void)(keylen);                                                                           \
-        (hashv) = (unsigned)((key_ * 0x9E3779B97F4A7C15ull) >> 32);                               \
-    } while (0)
+#define HASH_FUNCTION CUPOOL_WORD_HASH
 /* Out of host memory, uthash leaves the entry out (the insert then fails,
  * and the allocation goes native) instead of calling exit(). */
 #define HASH_NONFATAL_OOM 1

@@ -49,6 +49,9 @@
  *               default settings).
  *   ordered-off, -threshold0, -cap, -limit, -release, -oom,
  *   -oom-other-context, -held, -capture: as above, in `ordered`.
+ *   ordered-many-sizes: 600 sizes freed and taken again, each time the
+ *               block of its size (the store drops the lists of sizes it
+ *               emptied past 256 and adds them again).
  *   ordered-over-cap: a block larger than CUPOOL_ORDERED_READY goes
  *               straight back to its pool.
  *   ordered-switch: auto moving to `deferred` synchronizes the context, so
@@ -233,6 +236,27 @@ static int ordered_reuse(void)
     CHECK_CU(cuMemFree(other));
     CHECK_CU(cuMemFree(d2));
     check_aged_blocks_go_back(pool);
+    return 0;
+}
+
+/* Many sizes, each freed and taken again three times over: every
+ * allocation after the first round is the block its size freed (the lists
+ * of sizes emptied by the takes outnumber what the store keeps of them,
+ * so some are dropped and added again). */
+#define MANY_SIZES 600
+
+static int ordered_many_sizes(void)
+{
+    tl_init(0);
+    static CUdeviceptr first[MANY_SIZES], again[MANY_SIZES];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < MANY_SIZES; i++) CHECK_CU(cuMemAlloc(&again[i], (size_t)SMALL * (i + 1)));
+        for (int i = 0; i < MANY_SIZES; i++) {
+            if (round == 0) first[i] = again[i];
+            else CHECK_EQ(again[i], first[i]);
+        }
+        for (int i = 0; i < MANY_SIZES; i++) CHECK_CU(cuMemFree(again[i]));
+    }
     return 0;
 }
 
@@ -584,6 +608,7 @@ static const tl_case_t cases[] = {
     {"ordered-off", off, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
     {"ordered-threshold0", off, {"CUPOOL_FREE=ordered", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
+    {"ordered-many-sizes", ordered_many_sizes, {"CUPOOL_FREE=ordered", NULL}, 0},
     {"ordered-over-cap", ordered_over_cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-limit", limit, {"CUPOOL_FREE=ordered", "CUPOOL_LIMIT=17M", NULL}, 0},
     {"ordered-release", release, {"CUPOOL_FREE=ordered", NULL}, 0},
