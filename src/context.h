@@ -1,7 +1,8 @@
 /*
  * cupool's state per device (its pools, its contexts, the bytes it serves)
  * and per context (the free mode in force, a private stream, the live
- * non-blocking streams, the queue of deferred frees).  context.c keeps the
+ * non-blocking streams, the queue of deferred frees, the store of freed
+ * blocks ready for reuse).  context.c keeps the
  * free mode correct as the program creates streams and contexts and enables
  * peer access; memory.c serves allocations and frees from it.
  */
@@ -84,7 +85,7 @@ typedef struct cupool_context {
     cupool_spare_list_t spare_blocks;        /* records kept for reuse (deferred.c) */
     cupool_spare_list_t spare_batches;
     cupool_spare_list_t spare_sizes;
-    struct ready_size *ready_sizes;          /* deferred blocks ready for reuse, by size (deferred.c) */
+    struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (deferred.c) */
     deferred_block_t *ready_oldest, *ready_newest;
     uint64_t ready_bytes;
     int ready_empty;                         /* sizes in ready_sizes whose list is empty (deferred.c) */
