@@ -10,9 +10,10 @@
  *
  * Between two of cupool's calls the real driver runs thousands of
  * instructions over its own data, which evicts much of what cupool touched
- * from the L1 caches: with NULL_DRIVER_EVICT=1 each allocation and free here
- * reads 32 KiB of data and runs 32 KiB of code first, so that every line
- * cupool then touches is a miss, as on the GPU machine in the worst case.
+ * from the L1 caches: with NULL_DRIVER_EVICT=1 each allocation, free and
+ * event record here reads 32 KiB of data and runs 32 KiB of code first, so
+ * that every line cupool then touches is a miss, as on the GPU machine in
+ * the worst case.
  *
  * null_alloc and null_free are the pool calls themselves, under names cupool
  * does not intercept: the "bare" pair the overhead is measured against.
@@ -81,7 +82,15 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; 
 EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)s; (void)e; (void)f; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = new_handle(); return CUDA_SUCCESS; }
-EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
+/* A driver call like the pool calls: `ordered` records one where it takes
+ * a freed block from its store instead of making them. */
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
+{
+    (void)e;
+    (void)s;
+    driver_work();
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventDestroy_v2(CUevent e) { (void)e; return CUDA_SUCCESS; }

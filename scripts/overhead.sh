@@ -28,7 +28,12 @@
 # /usr/local/cuda), CC, OVERHEAD_PROCESSES, OVERHEAD_THREADS,
 # OVERHEAD_CACHEGRIND (0: skip it).
 # These are figures of the model, for comparing builds; the GPU figures are
-# bench/alloc_bench.py's.
+# bench/alloc_bench.py's.  In `ordered` with its store (the default) cupool
+# serves the loop's pairs from the store, one event record a pair instead
+# of the two pool calls: the times then read cupool's pair against the bare
+# pool pair (below zero when evicted: one driver call instead of two), and
+# cachegrind cupool's own code; CUPOOL_ORDERED_READY=0 measures the path of
+# the pool calls.
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
