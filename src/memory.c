@@ -77,14 +77,15 @@ static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size
  * What nearly every allocation and free of a program under cupool's default
  * settings needs: one pool for every size, the context `ordered` (or
  * `sync`), no capture in progress, no log, statistics or limit
- * (cupool_hot.fast).  It is served here with the pool calls alone and the
- * origin table, reading the hot line, the thread's line (its context cache,
- * where it also counts what it serves), the context's first line and the
- * block's shard and entry: the general path below reads about twice as
- * many cache lines, which the driver's own calls evict between two of
- * cupool's.  Anything else (`deferred`, a failed pool call, a thread whose
- * context cache misses) returns 0 before it changed anything, and the
- * general path decides from the start. */
+ * (cupool_hot.fast).  It is served here with the pool calls (in `ordered`
+ * the store of freed blocks first) and the origin table, reading the hot
+ * line, the thread's line (its context cache, where it also counts what it
+ * serves), the context's first line and the block's shard and entry: the
+ * general path below reads about twice as many cache lines, which the
+ * driver's own calls evict between two of cupool's.  Anything else
+ * (`deferred`, a failed pool call, a thread whose context cache misses)
+ * returns 0 before it changed anything, and the general path decides from
+ * the start. */
 
 /* The free mode the fast paths serve a context in now, or 0: `ordered` or
  * `sync`, with no capture in progress (which needs the general paths). */
