@@ -169,17 +169,6 @@ static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *p
     cupool_legacy_leave();
     return r;
 }
-static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
-{
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
-    return cupool_legacy_pool_call(pool, dptr, size);
-}
-static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
-{
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
-    return cupool_legacy_pool_call(NULL, &ptr, 0);
-}
-
 /* Whether `ordered` keeps a freed block of this size for reuse: not when
  * it is larger than the whole store may be (CUPOOL_ORDERED_READY, and
  * CUPOOL_RELEASE_THRESHOLD if lower; 0 keeps none), which would hand it
@@ -189,12 +178,27 @@ static inline int cupool_ordered_keeps(size_t size)
     return size <= cupool_option_started(CUPOOL_OPT_ORDERED_READY) &&
            size <= cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
 }
-/* Serves an `ordered` allocation (no capture in progress, the context
- * current) from a block of this size the context freed earlier: 1 when
- * *dptr is such a block (still in the origin table, marked freed), 0 when
- * there is none, -1 when a capture began meanwhile (the allocation must
- * then keep off the legacy stream). */
-int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
+/* Serves an `ordered` allocation (the context current) from a block of
+ * this size the context freed earlier: CUDA_SUCCESS when *dptr is such a
+ * block (still in the origin table, marked freed), CUDA_ERROR_NOT_FOUND
+ * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
+ * meanwhile. */
+CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
+/* An `ordered` allocation: a block the context freed earlier, else one
+ * from the pool on the legacy stream; CUPOOL_CAPTURE_IN_PROGRESS when a
+ * capture keeps it off the legacy stream. */
+static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
+{
+    CUresult r = cupool_ordered_reuse(c, size, dptr);
+    if (r != CUDA_ERROR_NOT_FOUND) return r;
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
+    return cupool_legacy_pool_call(pool, dptr, size);
+}
+static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
+{
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
+    return cupool_legacy_pool_call(NULL, &ptr, 0);
+}
 
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);

@@ -363,6 +363,17 @@ static void ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_
     c->ready_bytes += b->size;
 }
 
+/* Hands the oldest block of its size (rs, not empty) to an allocation, in
+ * `deferred` or `ordered`, and counts it.  c->lock held. */
+static CUdeviceptr ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
+{
+    deferred_block_t *b = ready_pop(c, rs);
+    CUdeviceptr ptr = b->ptr;
+    give_record(&c->spare_blocks, b);
+    atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
+    return ptr;
+}
+
 /* Takes a ready block of exactly this size for `deferred`; 0 when there is
  * none.  A block freed in `ordered` serves only once the context has
  * synchronized since its free (the move out of `ordered` does).
@@ -371,10 +382,7 @@ static CUdeviceptr ready_take(cupool_context_t *c, size_t size)
 {
     struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
     if (!rs || !rs->oldest || ready_block_busy(c, rs->oldest)) return 0;
-    deferred_block_t *b = ready_pop(c, rs);
-    CUdeviceptr ptr = b->ptr;
-    give_record(&c->spare_blocks, b);
-    return ptr;
+    return ready_take_oldest(c, rs);
 }
 
 /* Returns to the pools what the store should no longer keep: past its cap
@@ -519,10 +527,9 @@ static uint64_t coarse_now_ns(void)
 }
 
 /* Records an ordered fence after every free made so far in the context:
- * 1 when recorded, -1 when a capture is in progress (which an operation on
- * the legacy stream would disturb), 0 on a driver error.  c->lock held,
- * c->ctx current. */
-static int record_ordered_fence(cupool_context_t *c)
+ * the driver's answer, or CUPOOL_CAPTURE_IN_PROGRESS (which an operation
+ * on the legacy stream would disturb).  c->lock held, c->ctx current. */
+static CUresult record_ordered_fence(cupool_context_t *c)
 {
     CUresult r = CUDA_SUCCESS;
     if (!c->ordered_fence) r = real_cuEventCreate(&c->ordered_fence, CU_EVENT_DISABLE_TIMING);
@@ -535,37 +542,32 @@ static int record_ordered_fence(cupool_context_t *c)
     if (r == CUDA_SUCCESS) {
         c->fences++;
         atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ordered_fences, 1, memory_order_relaxed);
-        return 1;
+    } else if (r != CUPOOL_CAPTURE_IN_PROGRESS) {
+        cupool_message_once(CUPOOL_MSG_WARN, "cannot record an event on the legacy stream (%s); ordered allocations "
+                                             "use the pool instead of freed blocks",
+                            cupool_result_name(r));
     }
-    if (r == CUPOOL_CAPTURE_IN_PROGRESS) return -1;
-    cupool_message_once(CUPOOL_MSG_WARN, "cannot record an event on the legacy stream (%s); ordered allocations "
-                                         "use the pool instead of freed blocks",
-                        cupool_result_name(r));
-    return 0;
+    return r;
 }
 
-int cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
+CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
     /* Read without the lock: an empty store costs no lock, nor does a size
      * it never keeps. */
-    if (!c->ready_oldest || !cupool_ordered_keeps(size)) return 0;
+    if (!c->ready_oldest || !cupool_ordered_keeps(size)) return CUDA_ERROR_NOT_FOUND;
+    CUresult fenced = CUDA_SUCCESS;
     CUdeviceptr ptr = 0;
-    int fenced = 1;
     pthread_mutex_lock(&c->lock);
     struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
-    if (rs && rs->oldest && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) > 0)) {
-        deferred_block_t *b = ready_pop(c, rs);
-        ptr = b->ptr;
-        give_record(&c->spare_blocks, b);
-    }
+    if (rs && rs->oldest && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) == CUDA_SUCCESS))
+        ptr = ready_take_oldest(c, rs);
     /* Blocks a second old without a taker go back (a program that moved
      * on to other sizes). */
     ready_trim(c, UINT64_MAX, coarse_now_ns(), c->private_stream);
     pthread_mutex_unlock(&c->lock);
-    if (!ptr) return fenced < 0 ? -1 : 0;
-    atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
+    if (!ptr) return fenced == CUPOOL_CAPTURE_IN_PROGRESS ? fenced : CUDA_ERROR_NOT_FOUND;
     *dptr = ptr;
-    return 1;
+    return CUDA_SUCCESS;
 }
 
 /* An `ordered` free kept for reuse (no capture in progress, c->ctx
@@ -586,11 +588,11 @@ static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
     }
     pthread_mutex_unlock(&c->lock);
     if (b) return CUDA_SUCCESS;
-    /* No host memory for its record: back to the pool at once. */
+    /* No host memory for its record: back to the pool at once, as
+     * `ordered` frees what it does not keep. */
     cupool_origin_t gone;
     cupool_origin_remove(o->ptr, &gone);
-    CUresult r = cupool_ordered_free(c, o->ptr);
-    return r == CUDA_SUCCESS ? r : cupool_free_failed(o, r);
+    return cupool_free_block(c, o, 0);
 }
 
 /* The count of kept blocks before the synchronization, not after: a block
@@ -735,7 +737,6 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
     CUdeviceptr ptr = reclaim_and_take(c, UINT64_MAX, size);
     if (!ptr) return 0;
-    atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
     *dptr = ptr;
     return 1;
 }

@@ -50,10 +50,8 @@ static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, C
         *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     }
     if (*mode == CUPOOL_FREE_ORDERED && !cupool_capturing()) {
-        int reused = cupool_ordered_reuse(c, size, dptr);
-        if (reused > 0) return CUDA_SUCCESS;
+        CUresult r = cupool_ordered_alloc(c, pool, dptr, size);
         /* A capture that began meanwhile keeps it off the legacy stream. */
-        CUresult r = reused == 0 ? cupool_ordered_alloc(c, pool, dptr, size) : CUPOOL_CAPTURE_IN_PROGRESS;
         if (r != CUPOOL_CAPTURE_IN_PROGRESS) return r;
     }
     return pool_alloc_private(c, pool, dptr, size);
@@ -108,14 +106,9 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
     cupool_context_t *c = cupool_cached_context();
     int mode;
     if (!c || !c->any_size_pool || !(mode = fast_mode(c)) || cupool_reclaim_due(c)) return 0;
-    CUresult r = CUDA_SUCCESS;
-    if (CUPOOL_LIKELY(mode == CUPOOL_FREE_ORDERED)) {
-        int reused = cupool_ordered_reuse(c, size, dptr);
-        if (reused < 0) return 0; /* a capture began: the general path keeps off the legacy stream */
-        if (reused == 0) r = cupool_ordered_alloc(c, c->any_size_pool, dptr, size);
-    } else {
-        r = pool_alloc_private(c, c->any_size_pool, dptr, size);
-    }
+    /* A failure, or a capture that began meanwhile: the general path. */
+    CUresult r = CUPOOL_LIKELY(mode == CUPOOL_FREE_ORDERED) ? cupool_ordered_alloc(c, c->any_size_pool, dptr, size)
+                                                           : pool_alloc_private(c, c->any_size_pool, dptr, size);
     if (r != CUDA_SUCCESS) return 0;
     cupool_origin_t origin = {.ptr = *dptr, .size = size, .owner = c, .pool = c->any_size_pool, .mode = mode};
     if (CUPOOL_UNLIKELY(cupool_origin_insert(&origin) != 0)) {
