@@ -794,7 +794,9 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
         if (c->npending++ == 0 && batch_wait_ns(c) > 0) c->batch_start_ns = cupool_now_ns();
         /* Past the cap, wait for the oldest batches until a quarter of it
          * is free again: the host stays ahead of the GPU, by less. */
-        reclaim_locked(c, c->deferred_bytes > DEFERRED_MAX_BYTES ? DEFERRED_MAX_BYTES / 4 * 3 : UINT64_MAX);
+        int over = c->deferred_bytes > DEFERRED_MAX_BYTES;
+        if (over) atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->deferred_waits, 1, memory_order_relaxed);
+        reclaim_locked(c, over ? DEFERRED_MAX_BYTES / 4 * 3 : UINT64_MAX);
     }
     pthread_mutex_unlock(&c->lock);
     return CUDA_SUCCESS;

@@ -359,6 +359,9 @@ void cupool_stats_print(void)
         if (LOAD(s->ready_reuses))
             fprintf(out, "cupool:     allocations served by a ready block %llu (events recorded for them %llu)\n",
                     LOAD(s->ready_reuses), LOAD(s->ordered_fences));
+        if (LOAD(s->deferred_waits))
+            fprintf(out, "cupool:     frees that waited for the GPU (over 1 GiB freed and waiting) %llu\n",
+                    LOAD(s->deferred_waits));
         if (LOAD(s->queued_calls))
             fprintf(out, "cupool:     pool calls made for waiting threads by the one in front of the driver queue %llu\n",
                     LOAD(s->queued_calls));

@@ -7,8 +7,8 @@
  * still in use after the frees.  Blocks whose events have completed are
  * free again (cuMemGetInfo says so) even where cupool keeps them ready for
  * the next allocation of their size, and that store stays within its own
- * cap of 1 GiB.  Simulator only: a real GPU completes the events too soon
- * to pile anything up.
+ * cap of 1 GiB.  CUPOOL_STATS counts the frees that waited.  Simulator
+ * only: a real GPU completes the events too soon to pile anything up.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -17,13 +17,8 @@
 #define BLOCKS 24 /* 1.5 GiB */
 #define CAP (1ull << 30)
 
-int main(int argc, char **argv)
+static int lagging_gpu(void)
 {
-    if (check_real_driver()) return CHECK_SKIP;
-    tl_reexec_with(argv, "CUPOOL_FREE", "deferred");
-    tl_reexec_with(argv, "SIMCUDA_EVENT_DELAY", "1000000");
-    tl_reexec_with(argv, "SIMCUDA_MEM", "4G");
-    (void)argc;
     tl_init(0);
     CUdeviceptr blocks[BLOCKS];
     for (int i = 0; i < BLOCKS; i++) CHECK_CU(cuMemAlloc(&blocks[i], BLOCK));
@@ -54,4 +49,19 @@ int main(int argc, char **argv)
     CHECK_TRUE(tl_pool_used(pool) <= CAP + 2 * 256 + 4096);
     CHECK_CU(cuMemFree(probe));
     return 0;
+}
+
+static const tl_case_t cases[] = {
+    {"lagging-gpu", lagging_gpu,
+     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1", NULL}, 1,
+     "frees that waited for the GPU (over 1 GiB freed and waiting)"},
+};
+
+int main(int argc, char **argv)
+{
+    const tl_case_t *asked = tl_case_asked(cases, sizeof cases / sizeof cases[0], argc, argv);
+    if (asked) return asked->run();
+    if (check_real_driver()) return CHECK_SKIP;
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    return tl_run_cases(cases, sizeof cases / sizeof cases[0], NULL) ? 1 : 0;
 }
