@@ -1,6 +1,6 @@
 #!/bin/bash
 # The nineteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run19.sh b|s|t
+#   OUT=DIR bash docs/examples/run19.sh b|s|t|r
 # The library as the eighteenth session left it (the ordered store, the
 # counted legacy-stream calls), whose last changes had run on the simulator
 # only, plus CUPOOL_STATS's count of `deferred` frees that waited for the GPU.
@@ -12,6 +12,12 @@
 #    directory as s when the calls share a machine; then train-stream under
 #    cupool's defaults with CUPOOL_STATS=1, three processes, for what makes
 #    its step time move from one process to the next
+# r: the store making room in the pool before it grows (deferred.c, "room in
+#    the pool"), against the library of calls b/s/t (its source carried in
+#    .old, built in .old/build-gpu): PyTorch infer (peak memory, 60 churning
+#    shapes), train and train-stream (time), the caching allocator beside
+#    them, 2 interleaved rounds, one process each; infer under `deferred`
+#    forced, once each; test_ready's room cases on the real driver
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -41,6 +47,31 @@ t)
         grep -E "free mode|pooled allocations|peak in use|ready block|waited|time in cupool" $OUT/r/stream-stats$i.txt
     done
     ;;
-*) echo "usage: OUT=DIR bash $0 b|s|t" >&2; exit 2 ;;
+r)
+    build build-gpu
+    ( cd .old && build build-gpu )
+    ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
+    once() { # WORKLOAD LABEL [ENV...]: one process, one line: workload label ms peak
+        local wl=$1 label=$2 lib=build-gpu; shift 2
+        [ ${label%%-*} = old ] && lib=.old/build-gpu
+        if [ $label = caching ]; then
+            timeout 60 python3 bench/torch_bench.py --worker caching --workload $wl
+        else
+            env "$@" PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so \
+                -- python3 bench/torch_bench.py --worker nocache-cupool --workload $wl
+        fi 2>>$OUT/r/room.err | tail -1 | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$wl', '$label', '%.3f' % r['ms_median'], r['peak_mib'])"
+    }
+    for round in 1 2; do
+        for wl in infer train train-stream; do
+            for v in caching old new; do once $wl $v; done
+        done
+    done | tee $OUT/r/room.txt
+    for v in old new; do once infer $v-deferred CUPOOL_FREE=deferred; done | tee -a $OUT/r/room.txt
+    once infer new-stats CUPOOL_STATS=1
+    grep -h "make room\|served by a ready" $OUT/r/room.err | tail -3
+    real_check 120 1 test_ready
+    grep -E "room|FAILED" build-gpu/tests/test_ready.log | head -12
+    ;;
+*) echo "usage: OUT=DIR bash $0 b|s|t|r" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
