@@ -401,13 +401,15 @@ static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * with PyTorch's caching allocator.  So before a store miss of
  * ROOM_MIN_SIZE or more goes to the pool, while the store holds blocks,
  * cupool asks the pool what it has free (reserved less used: two attribute
- * queries, under a microsecond); when that is less than the request, which
- * the pool could then serve only by growing, the store's oldest blocks of
- * that pool go back first, until the pool has the request's size free.  A
- * loop that repeats its sizes (training) has grown its pool to what it
- * needs by then: the pool has room at a miss, nothing goes back and the
- * store keeps serving.  Smaller requests come out of the pool's granules
- * of 2 MiB, which a returned block would not free for them. */
+ * queries).  When that is less than the request, which the pool could then
+ * serve only by growing, the store hands blocks of that pool back first:
+ * the smallest one at least as large as the request, whose memory alone
+ * can serve it; else its oldest blocks until the pool has the request's
+ * size free, which serves it where they lie together.  A loop that repeats
+ * its sizes (training) has grown its pool to what it needs by then: the
+ * pool has room at a miss, nothing goes back and the store keeps serving.
+ * Smaller requests come out of the pool's granules of 2 MiB, which a
+ * returned block would not free for them. */
 #define ROOM_MIN_SIZE (1u << 20)
 
 /* Whether blocks of these two sizes come from the same pool of the
@@ -417,6 +419,19 @@ static int same_pool(const cupool_context_t *c, size_t a, size_t b)
     if (c->device->npools < 2) return 1;
     uint64_t split = cupool_option_started(CUPOOL_OPT_SPLIT_SIZE);
     return (a >= split) == (b >= split);
+}
+
+/* The list of the smallest size the store holds a block of, at least
+ * `size` and from the same pool; NULL when there is none.  c->lock held. */
+static struct ready_size *ready_smallest_from(cupool_context_t *c, size_t size)
+{
+    struct ready_size *rs, *tmp, *best = NULL;
+    HASH_ITER(hh, c->ready_sizes, rs, tmp)
+    {
+        if (rs->oldest && rs->size >= size && same_pool(c, rs->size, size) && (!best || rs->size < best->size))
+            best = rs;
+    }
+    return best;
 }
 
 /* Makes room for an allocation of `size` from `pool`, which the store had
@@ -429,15 +444,22 @@ static void make_room(cupool_context_t *c, CUmemoryPool pool, size_t size)
         real_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
         return;
     uint64_t room = reserved > used ? reserved - used : 0;
-    unsigned long long returned = 0;
-    /* Oldest first: the first block met of a size is the oldest of it,
-     * the one ready_pop takes. */
-    for (deferred_block_t *b = c->ready_oldest, *newer; b && room < size; b = newer) {
-        newer = b->newer;
-        if (!same_pool(c, b->size, size)) continue;
-        room += b->size;
-        release_block(c, ready_pop(c, ready_find(c, b->size)), c->private_stream);
-        returned++;
+    if (room >= size) return;
+    unsigned long long returned = 1;
+    struct ready_size *fits = ready_smallest_from(c, size);
+    if (fits) {
+        release_block(c, ready_pop(c, fits), c->private_stream);
+    } else {
+        /* Oldest first: the first block met of a size is the oldest of it,
+         * the one ready_pop takes. */
+        returned = 0;
+        for (deferred_block_t *b = c->ready_oldest, *newer; b && room < size; b = newer) {
+            newer = b->newer;
+            if (!same_pool(c, b->size, size)) continue;
+            room += b->size;
+            release_block(c, ready_pop(c, ready_find(c, b->size)), c->private_stream);
+            returned++;
+        }
     }
     if (returned)
         atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->room_returns, returned, memory_order_relaxed);

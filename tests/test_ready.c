@@ -62,6 +62,9 @@
  *               the store's blocks instead (they go back to the pool
  *               first, and CUPOOL_STATS counts them); one the pool has
  *               room for leaves the store as it is.
+ *   room-order, ordered-room-order: the block that goes back is the
+ *               smallest that can serve the allocation alone; where none
+ *               can, the oldest go until the pool has room.
  *   ordered-capture-off, sync-capture: captures survive `ordered`'s pool
  *               calls on the legacy stream (the store off) and `sync`'s
  *               frees made on another thread (a capture waits for the
@@ -570,6 +573,41 @@ static int room(void)
     return 0;
 }
 
+static int room_order(void)
+{
+    tl_init(0);
+    CUdeviceptr large, middle, small, again, largest;
+    CHECK_CU(cuMemAlloc(&large, ROOM_BIG / 2 * 3));
+    CHECK_CU(cuMemAlloc(&middle, ROOM_BIG));
+    CUmemoryPool pool = tl_pool_of(large);
+    CHECK_TRUE(pool != NULL);
+    CHECK_CU(cuMemFree(large));
+    CHECK_CU(cuMemFree(middle));
+    settle();
+    uint64_t reserved = pool_reserved(pool);
+    /* 24 MiB: the 32 MiB block goes back and serves it, the 48 MiB one stays. */
+    CHECK_CU(cuMemAlloc(&small, ROOM_BIG / 4 * 3));
+    uint64_t used = tl_pool_used(pool);
+    printf("room-order: pool used %llu MiB, reserved %llu MiB before and %llu MiB after\n",
+           (unsigned long long)(used >> 20), (unsigned long long)(reserved >> 20),
+           (unsigned long long)(pool_reserved(pool) >> 20));
+    CHECK_TRUE(pool_reserved(pool) <= reserved + SLACK);
+    CHECK_TRUE(used >= ROOM_BIG / 2 * 3 + ROOM_BIG / 4 * 3 && used < ROOM_BIG / 2 * 3 + ROOM_BIG);
+    CHECK_CU(cuMemAlloc(&again, ROOM_BIG / 2 * 3));
+    CHECK_EQ(again, large);
+    CHECK_CU(cuMemFree(small));
+    CHECK_CU(cuMemFree(again));
+    settle();
+    /* 64 MiB: no stored block can serve it alone, so both go back. */
+    CHECK_TRUE(tl_pool_used(pool) >= ROOM_BIG / 2 * 3 + ROOM_BIG / 4 * 3);
+    CHECK_CU(cuMemAlloc(&largest, 2 * ROOM_BIG));
+    used = tl_pool_used(pool);
+    printf("room-order: pool used %llu MiB after an allocation of 64 MiB\n", (unsigned long long)(used >> 20));
+    CHECK_TRUE(used < 2 * ROOM_BIG + SLACK);
+    CHECK_CU(cuMemFree(largest));
+    return 0;
+}
+
 /* capture-waits: a capture begun on another thread while cupool's pool
  * call on the legacy stream runs (the simulator's hook runs inside the
  * call, as a tool's callback does) begins only once the call returns. */
@@ -665,6 +703,8 @@ static const tl_case_t cases[] = {
      "ready blocks handed back to make room in their pool"},
     {"ordered-room", room, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
      "ready blocks handed back to make room in their pool"},
+    {"room-order", room_order, {"CUPOOL_FREE=deferred", NULL}, 0},
+    {"ordered-room-order", room_order, {"CUPOOL_FREE=ordered", NULL}, 0},
     {"ordered-capture", capture, {"CUPOOL_FREE=ordered", NULL}, 0},
     /* The pool calls on the legacy stream without the store, and `sync`'s
      * free after its synchronization, against captures on another thread. */
