@@ -17,7 +17,11 @@
 #    .old, built in .old/build-gpu): PyTorch infer (peak memory, 60 churning
 #    shapes), train and train-stream (time), the caching allocator beside
 #    them, 2 interleaved rounds, one process each; infer under `deferred`
-#    forced, once each; test_ready's room cases on the real driver
+#    forced, once each; test_ready (its room cases) on the real driver.
+#    Before the call, here: echo /.old/ >> .git/info/exclude; mkdir .old;
+#    git archive a9d6ade | tar -x -C .old; after autoreconf -fi, cp -r
+#    configure Makefile.in aclocal.m4 build-aux m4 config.h.in .old/; and
+#    name .old in the call's carry
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
