@@ -65,6 +65,7 @@
  *   room-order, ordered-room-order: the block that goes back is the
  *               smallest that can serve the allocation alone; where none
  *               can, the oldest go until the pool has room.
+ *   room-split: with CUPOOL_POLICY=split, blocks of the other pool stay.
  *   ordered-capture-off, sync-capture: captures survive `ordered`'s pool
  *               calls on the legacy stream (the store off) and `sync`'s
  *               frees made on another thread (a capture waits for the
@@ -608,6 +609,24 @@ static int room_order(void)
     return 0;
 }
 
+static int room_split(void)
+{
+    tl_init(0);
+    CUdeviceptr large, small;
+    CHECK_CU(cuMemAlloc(&large, ROOM_BIG)); /* the large pool: CUPOOL_SPLIT_SIZE=16M */
+    CUmemoryPool large_pool = tl_pool_of(large);
+    CHECK_TRUE(large_pool != NULL);
+    CHECK_CU(cuMemFree(large));
+    settle();
+    CHECK_TRUE(tl_pool_used(large_pool) >= ROOM_BIG);
+    /* The small pool has no room for 8 MiB; the large pool's block cannot give it any. */
+    CHECK_CU(cuMemAlloc(&small, ROOM_BIG / 4));
+    CHECK_TRUE(tl_pool_of(small) != large_pool);
+    CHECK_TRUE(tl_pool_used(large_pool) >= ROOM_BIG);
+    CHECK_CU(cuMemFree(small));
+    return 0;
+}
+
 /* capture-waits: a capture begun on another thread while cupool's pool
  * call on the legacy stream runs (the simulator's hook runs inside the
  * call, as a tool's callback does) begins only once the call returns. */
@@ -705,6 +724,7 @@ static const tl_case_t cases[] = {
      "ready blocks handed back to make room in their pool"},
     {"room-order", room_order, {"CUPOOL_FREE=deferred", NULL}, 0},
     {"ordered-room-order", room_order, {"CUPOOL_FREE=ordered", NULL}, 0},
+    {"room-split", room_split, {"CUPOOL_FREE=ordered", "CUPOOL_POLICY=split", "CUPOOL_SPLIT_SIZE=16M", NULL}, 0},
     {"ordered-capture", capture, {"CUPOOL_FREE=ordered", NULL}, 0},
     /* The pool calls on the legacy stream without the store, and `sync`'s
      * free after its synchronization, against captures on another thread. */
