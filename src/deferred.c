@@ -399,9 +399,11 @@ static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * H200, nineteenth session) the pool grew beside a full store: peak memory
  * 866 MiB under `ordered`'s store, against 418 MiB without it and 412 MiB
  * with PyTorch's caching allocator.  So before a store miss of
- * ROOM_MIN_SIZE or more goes to the pool, while the store holds blocks,
- * cupool asks the pool what it has free (reserved less used: two attribute
- * queries).  When that is less than the request, which the pool could then
+ * ROOM_MIN_SIZE or more goes to the pool, while the store holds at least
+ * the request's size (less could not make the room by itself, and a
+ * program repeating one size, which a store of other sizes soon ages out
+ * of, makes no queries), cupool asks the pool what it has free (reserved
+ * less used: two attribute queries).  When that is less than the request, which the pool could then
  * serve only by growing, the store hands blocks of that pool back first:
  * the smallest one at least as large as the request, whose memory alone
  * can serve it; else its oldest blocks until the pool has the request's
@@ -438,7 +440,7 @@ static struct ready_size *ready_smallest_from(cupool_context_t *c, size_t size)
  * no block for (see above).  c->lock held, c->ctx current. */
 static void make_room(cupool_context_t *c, CUmemoryPool pool, size_t size)
 {
-    if (size < ROOM_MIN_SIZE || !pool || !c->ready_oldest) return;
+    if (size < ROOM_MIN_SIZE || !pool || c->ready_bytes < size) return;
     cuuint64_t reserved = 0, used = 0;
     if (real_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
         real_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
