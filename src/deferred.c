@@ -403,15 +403,15 @@ static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * the request's size (less could not make the room by itself, and a
  * program repeating one size, which a store of other sizes soon ages out
  * of, makes no queries), cupool asks the pool what it has free (reserved
- * less used: two attribute queries).  When that is less than the request, which the pool could then
- * serve only by growing, the store hands blocks of that pool back first:
- * the smallest one at least as large as the request, whose memory alone
- * can serve it; else its oldest blocks until the pool has the request's
- * size free, which serves it where they lie together.  A loop that repeats
- * its sizes (training) has grown its pool to what it needs by then: the
- * pool has room at a miss, nothing goes back and the store keeps serving.
- * Smaller requests come out of the pool's granules of 2 MiB, which a
- * returned block would not free for them. */
+ * less used: two attribute queries).  When that is less than the request,
+ * which the pool could then serve only by growing, the store hands blocks
+ * of that pool back first: the smallest one at least as large as the
+ * request, whose memory alone can serve it; else its oldest blocks until
+ * the pool has the request's size free, which serves it where they lie
+ * together.  A loop that repeats its sizes (training) has grown its pool
+ * to what it needs by then: the pool has room at a miss, nothing goes back
+ * and the store keeps serving.  Smaller requests come out of the pool's
+ * granules of 2 MiB, which a returned block would not free for them. */
 #define ROOM_MIN_SIZE (1u << 20)
 
 /* Whether blocks of these two sizes come from the same pool of the
@@ -447,14 +447,14 @@ static void make_room(cupool_context_t *c, CUmemoryPool pool, size_t size)
         return;
     uint64_t room = reserved > used ? reserved - used : 0;
     if (room >= size) return;
-    unsigned long long returned = 1;
+    unsigned long long returned = 0;
     struct ready_size *fits = ready_smallest_from(c, size);
     if (fits) {
         release_block(c, ready_pop(c, fits), c->private_stream);
+        returned = 1;
     } else {
         /* Oldest first: the first block met of a size is the oldest of it,
          * the one ready_pop takes. */
-        returned = 0;
         for (deferred_block_t *b = c->ready_oldest, *newer; b && room < size; b = newer) {
             newer = b->newer;
             if (!same_pool(c, b->size, size)) continue;
