@@ -95,7 +95,12 @@ typedef struct cupool_hot {
     __typeof__(cuCtxGetCurrent) *ctx_get_current;
     __typeof__(cuMemAllocFromPoolAsync) *alloc_from_pool;
     __typeof__(cuMemFreeAsync) *free_async;
+    /* The largest block `ordered` keeps for reuse (context.h,
+     * cupool_ordered_keeps), set by start(): here, every `ordered` free
+     * asks, and the options' lines would be two more to miss. */
+    uint64_t ordered_keep_max;
 } __attribute__((aligned(64))) cupool_hot_t;
+_Static_assert(sizeof(cupool_hot_t) == 64, "what every call reads of the process fills one cache line");
 extern cupool_hot_t cupool_hot;
 
 /* The same for the calling thread: what its allocations and frees read of

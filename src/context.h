@@ -175,8 +175,7 @@ static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *p
  * straight back at a cost of its own. */
 static inline int cupool_ordered_keeps(size_t size)
 {
-    return size <= cupool_option_started(CUPOOL_OPT_ORDERED_READY) &&
-           size <= cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
+    return size <= cupool_hot.ordered_keep_max;
 }
 /* Serves an `ordered` allocation (the context current) from a block of
  * this size the context freed earlier: CUDA_SUCCESS when *dptr is such a

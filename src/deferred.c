@@ -626,9 +626,9 @@ static CUresult record_ordered_fence(cupool_context_t *c)
 
 CUresult cupool_ordered_reuse(cupool_context_t *c, CUmemoryPool pool, size_t size, CUdeviceptr *dptr)
 {
-    /* Read without the lock: an empty store costs no lock, nor does a size
-     * it never keeps. */
-    if (!c->ready_oldest || !cupool_ordered_keeps(size)) return CUDA_ERROR_NOT_FOUND;
+    /* Read without the lock: a size the store never keeps costs no look
+     * into the context beyond its first line, an empty store no lock. */
+    if (!cupool_ordered_keeps(size) || !c->ready_oldest) return CUDA_ERROR_NOT_FOUND;
     CUresult fenced = CUDA_SUCCESS;
     CUdeviceptr ptr = 0;
     pthread_mutex_lock(&c->lock);

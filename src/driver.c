@@ -209,6 +209,8 @@ static void start(void)
     atexit(at_exit);
     cupool_pools_start();
     decide_queue();
+    uint64_t keep = cupool_option(CUPOOL_OPT_ORDERED_READY), threshold = cupool_option(CUPOOL_OPT_RELEASE_THRESHOLD);
+    cupool_hot.ordered_keep_max = keep < threshold ? keep : threshold;
     int mode = (int)cupool_option(CUPOOL_OPT_FREE);
     atomic_store(&cupool_hot.fast, !cupool_hot.count_used && mode != CUPOOL_FREE_DEFERRED);
     atomic_store(&cupool_hot.started, 1);
