@@ -202,6 +202,9 @@ static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
 
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
+/* The device's pool for blocks of this size (CUPOOL_POLICY=split has two),
+ * whatever the sizes and limit that send a request native. */
+CUmemoryPool cupool_size_pool(const cupool_device_t *dev, size_t size);
 
 /* Free paths (memory.c calls these with the block's context current). */
 /* Whether cupool keeps this block when the program frees it now: a

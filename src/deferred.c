@@ -314,10 +314,17 @@ static uint64_t release_blocks(cupool_context_t *c, deferred_block_t *b, CUstrea
     return bytes;
 }
 
+/* Returns a ready block, the oldest of its size, to its pool.  c->lock
+ * held. */
+static void ready_evict(cupool_context_t *c, deferred_block_t *b, CUstream stream)
+{
+    release_block(c, ready_pop(c, ready_find(c, b->size)), stream);
+}
+
 /* Returns the oldest ready block to its pool.  c->lock held. */
 static void ready_evict_oldest(cupool_context_t *c, CUstream stream)
 {
-    release_block(c, ready_pop(c, ready_find(c, c->ready_oldest->size)), stream);
+    ready_evict(c, c->ready_oldest, stream);
 }
 
 /* A new, empty list for the ready blocks of this size; NULL when out of host
@@ -414,23 +421,15 @@ static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * granules of 2 MiB, which a returned block would not free for them. */
 #define ROOM_MIN_SIZE (1u << 20)
 
-/* Whether blocks of these two sizes come from the same pool of the
- * device (CUPOOL_POLICY=split has two). */
-static int same_pool(const cupool_context_t *c, size_t a, size_t b)
-{
-    if (c->device->npools < 2) return 1;
-    uint64_t split = cupool_option_started(CUPOOL_OPT_SPLIT_SIZE);
-    return (a >= split) == (b >= split);
-}
-
 /* The list of the smallest size the store holds a block of, at least
- * `size` and from the same pool; NULL when there is none.  c->lock held. */
-static struct ready_size *ready_smallest_from(cupool_context_t *c, size_t size)
+ * `size` and from `pool`; NULL when there is none.  c->lock held. */
+static struct ready_size *ready_smallest_from(cupool_context_t *c, CUmemoryPool pool, size_t size)
 {
     struct ready_size *rs, *tmp, *best = NULL;
     HASH_ITER(hh, c->ready_sizes, rs, tmp)
     {
-        if (rs->oldest && rs->size >= size && same_pool(c, rs->size, size) && (!best || rs->size < best->size))
+        if (rs->oldest && rs->size >= size && (!best || rs->size < best->size) &&
+            cupool_size_pool(c->device, rs->size) == pool)
             best = rs;
     }
     return best;
@@ -448,18 +447,17 @@ static void make_room(cupool_context_t *c, CUmemoryPool pool, size_t size)
     uint64_t room = reserved > used ? reserved - used : 0;
     if (room >= size) return;
     unsigned long long returned = 0;
-    struct ready_size *fits = ready_smallest_from(c, size);
+    struct ready_size *fits = ready_smallest_from(c, pool, size);
     if (fits) {
-        release_block(c, ready_pop(c, fits), c->private_stream);
+        ready_evict(c, fits->oldest, c->private_stream);
         returned = 1;
     } else {
-        /* Oldest first: the first block met of a size is the oldest of it,
-         * the one ready_pop takes. */
+        /* Oldest first: the first block met of a size is the oldest of it. */
         for (deferred_block_t *b = c->ready_oldest, *newer; b && room < size; b = newer) {
             newer = b->newer;
-            if (!same_pool(c, b->size, size)) continue;
+            if (cupool_size_pool(c->device, b->size) != pool) continue;
             room += b->size;
-            release_block(c, ready_pop(c, ready_find(c, b->size)), c->private_stream);
+            ready_evict(c, b, c->private_stream);
             returned++;
         }
     }
