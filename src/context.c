@@ -130,11 +130,6 @@ CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size)
     uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (limit != CUPOOL_SIZE_UNLIMITED && atomic_load_explicit(&dev->used, memory_order_relaxed) + size > limit)
         return NULL;
-    return cupool_size_pool(dev, size);
-}
-
-CUmemoryPool cupool_size_pool(const cupool_device_t *dev, size_t size)
-{
     if (dev->npools == 2 && size >= cupool_option_started(CUPOOL_OPT_SPLIT_SIZE)) return dev->pools[CUPOOL_POOL_LARGE];
     return dev->pools[CUPOOL_POOL_MAIN];
 }

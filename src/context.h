@@ -180,16 +180,15 @@ static inline int cupool_ordered_keeps(size_t size)
 /* Serves an `ordered` allocation (the context current) from a block of
  * this size the context freed earlier: CUDA_SUCCESS when *dptr is such a
  * block (still in the origin table, marked freed), CUDA_ERROR_NOT_FOUND
- * when there is none (the store may then hand blocks back to `pool`, which
- * the allocation will come from, to make room in it: deferred.c, "room in
- * the pool"), CUPOOL_CAPTURE_IN_PROGRESS when a capture began meanwhile. */
-CUresult cupool_ordered_reuse(cupool_context_t *c, CUmemoryPool pool, size_t size, CUdeviceptr *dptr);
+ * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
+ * meanwhile. */
+CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
 /* An `ordered` allocation: a block the context freed earlier, else one
  * from the pool on the legacy stream; CUPOOL_CAPTURE_IN_PROGRESS when a
  * capture keeps it off the legacy stream. */
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
-    CUresult r = cupool_ordered_reuse(c, pool, size, dptr);
+    CUresult r = cupool_ordered_reuse(c, size, dptr);
     if (r != CUDA_ERROR_NOT_FOUND) return r;
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
     return cupool_legacy_pool_call(pool, dptr, size);
@@ -202,9 +201,6 @@ static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
 
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
-/* The device's pool for blocks of this size (CUPOOL_POLICY=split has two),
- * whatever the sizes and limit that send a request native. */
-CUmemoryPool cupool_size_pool(const cupool_device_t *dev, size_t size);
 
 /* Free paths (memory.c calls these with the block's context current). */
 /* Whether cupool keeps this block when the program frees it now: a
@@ -256,10 +252,8 @@ static inline int cupool_deferred_waiting(const cupool_context_t *c)
 }
 /* Serves a `deferred` allocation from the blocks freed earlier in the
  * context whose users are all done, returning completed ones first; 1 when
- * *dptr is such a block (still in the origin table, marked freed); 0 when
- * there is none, the store then perhaps having handed blocks back to
- * `pool` to make room in it, as cupool_ordered_reuse. */
-int cupool_deferred_reuse(cupool_context_t *c, CUmemoryPool pool, size_t size, CUdeviceptr *dptr);
+ * *dptr is such a block (still in the origin table, marked freed). */
+int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
 /* Hands the context's ready blocks back to the pool now, on its own stream
  * (it has left `deferred`, or may be about to die). */
 void cupool_deferred_return_ready(cupool_context_t *c);

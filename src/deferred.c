@@ -314,17 +314,10 @@ static uint64_t release_blocks(cupool_context_t *c, deferred_block_t *b, CUstrea
     return bytes;
 }
 
-/* Returns a ready block, the oldest of its size, to its pool.  c->lock
- * held. */
-static void ready_evict(cupool_context_t *c, deferred_block_t *b, CUstream stream)
-{
-    release_block(c, ready_pop(c, ready_find(c, b->size)), stream);
-}
-
 /* Returns the oldest ready block to its pool.  c->lock held. */
 static void ready_evict_oldest(cupool_context_t *c, CUstream stream)
 {
-    ready_evict(c, c->ready_oldest, stream);
+    release_block(c, ready_pop(c, ready_find(c, c->ready_oldest->size)), stream);
 }
 
 /* A new, empty list for the ready blocks of this size; NULL when out of host
@@ -398,71 +391,6 @@ static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
 {
     while (c->ready_oldest && (c->ready_bytes > cap || now_ns > c->ready_oldest->fenced_ns + READY_MAX_AGE_NS))
         ready_evict_oldest(c, stream);
-}
-
-/* ---- room in the pool --------------------------------------------------------
- * A block in the store is memory its pool cannot hand to an allocation of
- * another size.  Where sizes churn (PyTorch inference over changing shapes,
- * H200, nineteenth session) the pool grew beside a full store: peak memory
- * 866 MiB under `ordered`'s store, against 418 MiB without it and 412 MiB
- * with PyTorch's caching allocator.  So before a store miss of
- * ROOM_MIN_SIZE or more goes to the pool, while the store holds at least
- * the request's size (less could not make the room by itself, and a
- * program repeating one size, which a store of other sizes soon ages out
- * of, makes no queries), cupool asks the pool what it has free (reserved
- * less used: two attribute queries).  When that is less than the request,
- * which the pool could then serve only by growing, the store hands blocks
- * of that pool back first: the smallest one at least as large as the
- * request, whose memory alone can serve it; else its oldest blocks until
- * the pool has the request's size free, which serves it where they lie
- * together.  A loop that repeats its sizes (training) has grown its pool
- * to what it needs by then: the pool has room at a miss, nothing goes back
- * and the store keeps serving.  Smaller requests come out of the pool's
- * granules of 2 MiB, which a returned block would not free for them. */
-#define ROOM_MIN_SIZE (1u << 20)
-
-/* The list of the smallest size the store holds a block of, at least
- * `size` and from `pool`; NULL when there is none.  c->lock held. */
-static struct ready_size *ready_smallest_from(cupool_context_t *c, CUmemoryPool pool, size_t size)
-{
-    struct ready_size *rs, *tmp, *best = NULL;
-    HASH_ITER(hh, c->ready_sizes, rs, tmp)
-    {
-        if (rs->oldest && rs->size >= size && (!best || rs->size < best->size) &&
-            cupool_size_pool(c->device, rs->size) == pool)
-            best = rs;
-    }
-    return best;
-}
-
-/* Makes room for an allocation of `size` from `pool`, which the store had
- * no block for (see above).  c->lock held, c->ctx current. */
-static void make_room(cupool_context_t *c, CUmemoryPool pool, size_t size)
-{
-    if (size < ROOM_MIN_SIZE || !pool || c->ready_bytes < size) return;
-    cuuint64_t reserved = 0, used = 0;
-    if (real_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
-        real_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
-        return;
-    uint64_t room = reserved > used ? reserved - used : 0;
-    if (room >= size) return;
-    unsigned long long returned = 0;
-    struct ready_size *fits = ready_smallest_from(c, pool, size);
-    if (fits) {
-        ready_evict(c, fits->oldest, c->private_stream);
-        returned = 1;
-    } else {
-        /* Oldest first: the first block met of a size is the oldest of it. */
-        for (deferred_block_t *b = c->ready_oldest, *newer; b && room < size; b = newer) {
-            newer = b->newer;
-            if (cupool_size_pool(c->device, b->size) != pool) continue;
-            room += b->size;
-            ready_evict(c, b, c->private_stream);
-            returned++;
-        }
-    }
-    if (returned)
-        atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->room_returns, returned, memory_order_relaxed);
 }
 
 static int batch_complete(deferred_batch_t *batch, int wait)
@@ -622,7 +550,7 @@ static CUresult record_ordered_fence(cupool_context_t *c)
     return r;
 }
 
-CUresult cupool_ordered_reuse(cupool_context_t *c, CUmemoryPool pool, size_t size, CUdeviceptr *dptr)
+CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
     /* Read without the lock: a size the store never keeps costs no look
      * into the context beyond its first line, an empty store no lock. */
@@ -633,8 +561,6 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, CUmemoryPool pool, size_t siz
     struct ready_size *rs = c->ready_oldest ? ready_find(c, size) : NULL;
     if (rs && rs->oldest && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) == CUDA_SUCCESS))
         ptr = ready_take_oldest(c, rs);
-    else if (!rs || !rs->oldest)
-        make_room(c, pool, size);
     /* Blocks a second old without a taker go back (a program that moved
      * on to other sizes). */
     ready_trim(c, UINT64_MAX, coarse_now_ns(), c->private_stream);
@@ -786,9 +712,8 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 }
 
 /* Reclaims under the context's lock (keep as for reclaim_locked) and, for a
- * size, takes a ready block of it, or makes room for it in `pool`; returns
- * the block, or 0. */
-static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, CUmemoryPool pool, size_t size)
+ * size, takes a ready block of it; returns the block, or 0. */
+static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t size)
 {
     if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_synchronize_switch(c);
     /* Ready blocks alone matter to a taker, and to a wait for everything
@@ -798,7 +723,6 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, CUmemory
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, keep);
     CUdeviceptr ptr = size ? ready_take(c, size) : 0;
-    if (size && !ptr) make_room(c, pool, size);
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     return ptr;
@@ -806,12 +730,12 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, CUmemory
 
 void cupool_reclaim(cupool_context_t *c, int wait)
 {
-    reclaim_and_take(c, wait ? 0 : UINT64_MAX, NULL, 0);
+    reclaim_and_take(c, wait ? 0 : UINT64_MAX, 0);
 }
 
-int cupool_deferred_reuse(cupool_context_t *c, CUmemoryPool pool, size_t size, CUdeviceptr *dptr)
+int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
-    CUdeviceptr ptr = reclaim_and_take(c, UINT64_MAX, pool, size);
+    CUdeviceptr ptr = reclaim_and_take(c, UINT64_MAX, size);
     if (!ptr) return 0;
     *dptr = ptr;
     return 1;

@@ -44,7 +44,7 @@ static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, C
     if (*mode == CUPOOL_FREE_DEFERRED && !cupool_capturing()) {
         /* A block of this size freed earlier, whose users are all done
          * (it reclaims too, under the lock it takes anyway). */
-        if (cupool_deferred_reuse(c, pool, size, dptr)) return CUDA_SUCCESS;
+        if (cupool_deferred_reuse(c, size, dptr)) return CUDA_SUCCESS;
     } else if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) {
         cupool_reclaim(c, 0);
         *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);

@@ -359,8 +359,6 @@ void cupool_stats_print(void)
         if (LOAD(s->ready_reuses))
             fprintf(out, "cupool:     allocations served by a ready block %llu (events recorded for them %llu)\n",
                     LOAD(s->ready_reuses), LOAD(s->ordered_fences));
-        if (LOAD(s->room_returns))
-            fprintf(out, "cupool:     ready blocks handed back to make room in their pool %llu\n", LOAD(s->room_returns));
         if (LOAD(s->deferred_waits))
             fprintf(out, "cupool:     frees that waited for the GPU (over 1 GiB freed and waiting) %llu\n",
                     LOAD(s->deferred_waits));

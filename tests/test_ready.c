@@ -57,15 +57,6 @@
  *   ordered-switch: auto moving to `deferred` synchronizes the context, so
  *               a block `ordered` kept then serves with no event at all.
  *   ordered-leave: auto moving from `ordered` to `sync` hands them back.
- *   room, ordered-room: an allocation the store has no block for, which
- *               the pool could serve only by growing, gets the memory of
- *               the store's blocks instead (they go back to the pool
- *               first, and CUPOOL_STATS counts them); one the pool has
- *               room for leaves the store as it is.
- *   room-order, ordered-room-order: the block that goes back is the
- *               smallest that can serve the allocation alone; where none
- *               can, the oldest go until the pool has room.
- *   room-split: with CUPOOL_POLICY=split, blocks of the other pool stay.
  *   ordered-capture-off, sync-capture: captures survive `ordered`'s pool
  *               calls on the legacy stream (the store off) and `sync`'s
  *               frees made on another thread (a capture waits for the
@@ -533,100 +524,6 @@ static int capture(void)
     return 0;
 }
 
-/* room: see the opening comment.  A real GPU's pool may reserve more than
- * the simulator's granules of 2 MiB: SLACK covers it. */
-#define ROOM_BIG (32ull << 20)
-
-static uint64_t pool_reserved(CUmemoryPool pool)
-{
-    cuuint64_t value = 0;
-    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &value));
-    return value;
-}
-
-static int room(void)
-{
-    tl_init(0);
-    CUdeviceptr big, three_quarters, quarter, again;
-    CHECK_CU(cuMemAlloc(&big, ROOM_BIG));
-    CUmemoryPool pool = tl_pool_of(big);
-    CHECK_TRUE(pool != NULL);
-    CHECK_CU(cuMemFree(big));
-    settle();
-    uint64_t reserved = pool_reserved(pool);
-    CHECK_TRUE(tl_pool_used(pool) >= ROOM_BIG); /* in the store */
-    /* No block of this size, and no room in the pool but the stored one. */
-    CHECK_CU(cuMemAlloc(&three_quarters, ROOM_BIG / 4 * 3));
-    printf("room: pool reserved %llu MiB before, %llu MiB after an allocation of 24 MiB\n",
-           (unsigned long long)(reserved >> 20), (unsigned long long)(pool_reserved(pool) >> 20));
-    CHECK_TRUE(pool_reserved(pool) <= reserved + SLACK);
-    CHECK_TRUE(tl_pool_used(pool) < ROOM_BIG); /* the stored block went back */
-    CHECK_CU(cuMemFree(three_quarters));
-    settle();
-    /* Now the pool has room for a quarter beside the stored block of 24
-     * MiB, which stays for the next allocation of its size. */
-    CHECK_CU(cuMemAlloc(&quarter, ROOM_BIG / 4));
-    CHECK_TRUE(tl_pool_used(pool) >= ROOM_BIG);
-    CHECK_CU(cuMemAlloc(&again, ROOM_BIG / 4 * 3));
-    CHECK_EQ(again, three_quarters);
-    CHECK_CU(cuMemFree(again));
-    CHECK_CU(cuMemFree(quarter));
-    return 0;
-}
-
-static int room_order(void)
-{
-    tl_init(0);
-    CUdeviceptr large, middle, small, again, largest;
-    CHECK_CU(cuMemAlloc(&large, ROOM_BIG / 2 * 3));
-    CHECK_CU(cuMemAlloc(&middle, ROOM_BIG));
-    CUmemoryPool pool = tl_pool_of(large);
-    CHECK_TRUE(pool != NULL);
-    CHECK_CU(cuMemFree(large));
-    CHECK_CU(cuMemFree(middle));
-    settle();
-    uint64_t reserved = pool_reserved(pool);
-    /* 24 MiB: the 32 MiB block goes back and serves it, the 48 MiB one stays. */
-    CHECK_CU(cuMemAlloc(&small, ROOM_BIG / 4 * 3));
-    uint64_t used = tl_pool_used(pool);
-    printf("room-order: pool used %llu MiB, reserved %llu MiB before and %llu MiB after\n",
-           (unsigned long long)(used >> 20), (unsigned long long)(reserved >> 20),
-           (unsigned long long)(pool_reserved(pool) >> 20));
-    CHECK_TRUE(pool_reserved(pool) <= reserved + SLACK);
-    CHECK_TRUE(used >= ROOM_BIG / 2 * 3 + ROOM_BIG / 4 * 3 && used < ROOM_BIG / 2 * 3 + ROOM_BIG);
-    CHECK_CU(cuMemAlloc(&again, ROOM_BIG / 2 * 3));
-    CHECK_EQ(again, large);
-    CHECK_CU(cuMemFree(small));
-    CHECK_CU(cuMemFree(again));
-    settle();
-    /* 64 MiB: no stored block can serve it alone, so both go back. */
-    CHECK_TRUE(tl_pool_used(pool) >= ROOM_BIG / 2 * 3 + ROOM_BIG / 4 * 3);
-    CHECK_CU(cuMemAlloc(&largest, 2 * ROOM_BIG));
-    used = tl_pool_used(pool);
-    printf("room-order: pool used %llu MiB after an allocation of 64 MiB\n", (unsigned long long)(used >> 20));
-    CHECK_TRUE(used < 2 * ROOM_BIG + SLACK);
-    CHECK_CU(cuMemFree(largest));
-    return 0;
-}
-
-static int room_split(void)
-{
-    tl_init(0);
-    CUdeviceptr large, small;
-    CHECK_CU(cuMemAlloc(&large, ROOM_BIG)); /* the large pool: CUPOOL_SPLIT_SIZE=16M */
-    CUmemoryPool large_pool = tl_pool_of(large);
-    CHECK_TRUE(large_pool != NULL);
-    CHECK_CU(cuMemFree(large));
-    settle();
-    CHECK_TRUE(tl_pool_used(large_pool) >= ROOM_BIG);
-    /* The small pool has no room for 8 MiB; the large pool's block cannot give it any. */
-    CHECK_CU(cuMemAlloc(&small, ROOM_BIG / 4));
-    CHECK_TRUE(tl_pool_of(small) != large_pool);
-    CHECK_TRUE(tl_pool_used(large_pool) >= ROOM_BIG);
-    CHECK_CU(cuMemFree(small));
-    return 0;
-}
-
 /* capture-waits: a capture begun on another thread while cupool's pool
  * call on the legacy stream runs (the simulator's hook runs inside the
  * call, as a tool's callback does) begins only once the call returns. */
@@ -718,13 +615,6 @@ static const tl_case_t cases[] = {
     {"ordered-oom", oom, {"CUPOOL_FREE=ordered", "SIMCUDA_MEM=64M", NULL}, 1},
     {"ordered-oom-other-context", oom_other, {"CUPOOL_FREE=ordered", "SIMCUDA_MEM=64M", NULL}, 1},
     {"ordered-held", held, {"CUPOOL_FREE=ordered", NULL}, 0},
-    {"room", room, {"CUPOOL_FREE=deferred", "CUPOOL_STATS=1", NULL}, 0,
-     "ready blocks handed back to make room in their pool"},
-    {"ordered-room", room, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
-     "ready blocks handed back to make room in their pool"},
-    {"room-order", room_order, {"CUPOOL_FREE=deferred", NULL}, 0},
-    {"ordered-room-order", room_order, {"CUPOOL_FREE=ordered", NULL}, 0},
-    {"room-split", room_split, {"CUPOOL_FREE=ordered", "CUPOOL_POLICY=split", "CUPOOL_SPLIT_SIZE=16M", NULL}, 0},
     {"ordered-capture", capture, {"CUPOOL_FREE=ordered", NULL}, 0},
     /* The pool calls on the legacy stream without the store, and `sync`'s
      * free after its synchronization, against captures on another thread. */

@@ -12,8 +12,8 @@
 #    directory as s when the calls share a machine; then train-stream under
 #    cupool's defaults with CUPOOL_STATS=1, three processes, for what makes
 #    its step time move from one process to the next
-# r: the store making room in the pool before it grows (deferred.c, "room in
-#    the pool"), against the library of calls b/s/t (its source carried in
+# r: the store making room in the pool before it grows (146431a; taken out
+#    after this call), against the library of calls b/s/t (its source carried in
 #    .old, built in .old/build-gpu): PyTorch infer (peak memory, 60 churning
 #    shapes), train and train-stream (time), the caching allocator beside
 #    them, 2 interleaved rounds, one process each; infer under `deferred`
