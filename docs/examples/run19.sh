@@ -1,6 +1,6 @@
 #!/bin/bash
 # The nineteenth session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run19.sh b|s|t|r
+#   OUT=DIR bash docs/examples/run19.sh b|s|t|r|v
 # The library as the eighteenth session left it (the ordered store, the
 # counted legacy-stream calls), whose last changes had run on the simulator
 # only, plus CUPOOL_STATS's count of `deferred` frees that waited for the GPU.
@@ -22,6 +22,10 @@
 #    git archive a9d6ade | tar -x -C .old; after autoreconf -fi, cp -r
 #    configure Makefile.in aclocal.m4 build-aux m4 config.h.in .old/; and
 #    name .old in the call's carry
+# v: the library as the session ends (a9d6ade's store, the largest size
+#    `ordered` keeps read from cupool_hot): make check on the real driver of
+#    the store's tests, and the allocation pair of `ordered`, `auto` and
+#    `sync` against their bare calls at 1 MiB and 1 GiB, 1 and 16 threads
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -76,6 +80,26 @@ r)
     real_check 120 1 test_ready
     grep -E "room|FAILED" build-gpu/tests/test_ready.log | head -12
     ;;
-*) echo "usage: OUT=DIR bash $0 b|s|t|r" >&2; exit 2 ;;
+v)
+    build build-gpu
+    real_check 150 3 test_ready test_modes test_kernel_race test_capture test_stress test_bad_input
+    for free in ordered auto sync; do
+        bare=bare-ordered; [ $free = sync ] && bare=bare-sync
+        timeout 60 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so --free $free -- \
+            build-gpu/bench/alloc_bench -m api -p $bare -s 1M,1G -t 1,16 -r 5 -T 0.25 \
+            -l cupool-$free -o $OUT/r/pair.csv >/dev/null 2>>$OUT/r/pair.err
+    done
+    python3 - $OUT/r/pair.csv <<'PY'
+import csv, sys, collections, statistics
+rows = list(csv.DictReader(open(sys.argv[1])))
+t = collections.defaultdict(dict)
+for r in rows:
+    t[(r["label"].split(":")[0], r["size"], r["threads"])][(r["round"], ":" in r["label"])] = float(r["us_median"])
+for k, v in sorted(t.items()):
+    ratios = [v[(n, False)] / v[(n, True)] for n, b in v if not b and (n, True) in v]
+    print("%-15s %11s x%-3s ratio median %.3f  runs %s" % (k + (statistics.median(ratios), " ".join("%.3f" % x for x in ratios))))
+PY
+    ;;
+*) echo "usage: OUT=DIR bash $0 b|s|t|r|v" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
