@@ -90,14 +90,12 @@ v)
             -l cupool-$free -o $OUT/r/pair.csv >/dev/null 2>>$OUT/r/pair.err
     done
     python3 - $OUT/r/pair.csv <<'PY'
-import csv, sys, collections, statistics
-rows = list(csv.DictReader(open(sys.argv[1])))
-t = collections.defaultdict(dict)
-for r in rows:
-    t[(r["label"].split(":")[0], r["size"], r["threads"])][(r["round"], ":" in r["label"])] = float(r["us_median"])
-for k, v in sorted(t.items()):
-    ratios = [v[(n, False)] / v[(n, True)] for n, b in v if not b and (n, True) in v]
-    print("%-15s %11s x%-3s ratio median %.3f  runs %s" % (k + (statistics.median(ratios), " ".join("%.3f" % x for x in ratios))))
+import csv, sys
+rows = {(r["label"], r["size"], r["threads"]): float(r["us_median"]) for r in csv.DictReader(open(sys.argv[1]))}
+for (label, size, threads), us in sorted(rows.items()):
+    if ":" in label: continue
+    bare = next(v for (l, s, t), v in rows.items() if l.startswith(label + ":") and (s, t) == (size, threads))
+    print("%-15s %11s x%-3s cupool %.3f bare %.3f us a pair: %.3fx" % (label, size, threads, us, bare, us / bare))
 PY
     ;;
 *) echo "usage: OUT=DIR bash $0 b|s|t|r|v" >&2; exit 2 ;;
