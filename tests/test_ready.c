@@ -279,6 +279,43 @@ static int ordered_over_cap(void)
     return 0;
 }
 
+/* Two blocks of BLOCK in the store: a miss of a small size leaves them
+ * there; a miss of a larger one (MISS, 10 MiB: also larger than the store
+ * may keep under CUPOOL_ORDERED_READY=8M) first hands back the oldest, as
+ * many bytes as it asks, and the pool serves it from them without growing
+ * the memory in use.  Then BLOCK is no longer in the store. */
+#define MISS (2 * BLOCK + BLOCK / 2)
+
+static int ordered_miss(void)
+{
+    tl_init(0);
+    CUdeviceptr blocks[2], small, miss, again;
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&blocks[i], BLOCK));
+    CUmemoryPool pool = tl_pool_of(blocks[0]);
+    CHECK_TRUE(pool != NULL);
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemFree(blocks[i]));
+    CHECK_CU(cuMemAlloc(&small, SMALL));
+    CHECK_CU(cuStreamSynchronize(CU_STREAM_LEGACY));
+    uint64_t kept = tl_pool_used(pool);
+    CHECK_TRUE(kept >= 2 * BLOCK);
+    CHECK_CU(cuMemAlloc(&miss, MISS));
+    tl_fill(miss, MISS, 0xC3C3C3C3u);
+    CHECK_CU(cuStreamSynchronize(CU_STREAM_LEGACY));
+    uint64_t used = tl_pool_used(pool);
+    printf("a miss of 10 MiB: pool used %llu -> %llu with 8 MiB stored\n", (unsigned long long)kept,
+           (unsigned long long)used);
+    CHECK_TRUE(tl_pool_of(miss) == pool);
+    CHECK_TRUE(used <= MISS + SLACK);
+    CHECK_TRUE(tl_spot_check(miss, MISS, 0xC3C3C3C3u) == 0);
+    long long since = legacy_records();
+    CHECK_CU(cuMemAlloc(&again, BLOCK));
+    check_records(since, 0);
+    CHECK_CU(cuMemFree(again));
+    CHECK_CU(cuMemFree(miss));
+    CHECK_CU(cuMemFree(small));
+    return 0;
+}
+
 static int ordered_switch(void)
 {
     tl_init(0);
@@ -610,6 +647,9 @@ static const tl_case_t cases[] = {
     {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-many-sizes", ordered_many_sizes, {"CUPOOL_FREE=ordered", NULL}, 0},
     {"ordered-over-cap", ordered_over_cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
+    {"ordered-miss", ordered_miss, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
+     "large allocations the store made room for 1 (stored blocks handed back 8.0 MiB)"},
+    {"ordered-miss-over-cap", ordered_miss, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-limit", limit, {"CUPOOL_FREE=ordered", "CUPOOL_LIMIT=17M", NULL}, 0},
     {"ordered-release", release, {"CUPOOL_FREE=ordered", NULL}, 0},
     {"ordered-oom", oom, {"CUPOOL_FREE=ordered", "SIMCUDA_MEM=64M", NULL}, 1},

@@ -1,0 +1,74 @@
+#!/bin/bash
+# The twentieth session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run20.sh x|...
+# x: an `ordered` miss of 1 MiB or more first hands the store's oldest
+#    blocks back (as many bytes as it asks), against the library the
+#    nineteenth session left (8d54f40, its source carried in .old, built in
+#    .old/build-gpu): PyTorch infer (peak memory, 60 churning shapes), train
+#    and train-stream (time), the caching allocator beside them, 2
+#    interleaved rounds, one process each, and infer once with
+#    CUPOOL_STATS; the allocation pair of `ordered`, `auto` and `sync`
+#    against their bare calls at 256 MiB then 1 GiB, one thread, two
+#    processes per library and mode; test_ready on the real driver.
+#    Before the call, here: echo /.old/ >> .git/info/exclude; mkdir .old;
+#    git archive 8d54f40 | tar -x -C .old; after autoreconf -fi, cp -r
+#    configure Makefile.in aclocal.m4 build-aux m4 config.h.in .old/; and
+#    name .old in the call's carry
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+# One PyTorch process, one line: workload label ms peak (label old-* runs .old's library).
+torch_once() { # WORKLOAD LABEL [ENV...]
+    local wl=$1 label=$2 lib=build-gpu; shift 2
+    [ ${label%%-*} = old ] && lib=.old/build-gpu
+    if [ $label = caching ]; then
+        timeout 60 python3 bench/torch_bench.py --worker caching --workload $wl
+    else
+        env "$@" PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so \
+            -- python3 bench/torch_bench.py --worker nocache-cupool --workload $wl
+    fi 2>>$OUT/r/torch.err | tail -1 |
+        python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$wl', '$label', '%.3f' % r['ms_median'], r['peak_mib'])"
+}
+
+# The pair against its bare calls, one process per library and mode, into $OUT/r/pair.csv.
+pair() { # SIZES THREADS ROUNDS LIBDIR...
+    local sizes=$1 threads=$2 rounds=$3; shift 3
+    for round in $(seq $rounds); do
+        for free in ordered auto sync; do
+            for lib in "$@"; do
+                local bare=bare-ordered tag=new; [ $free = sync ] && bare=bare-sync; [ $lib = build-gpu ] || tag=old
+                timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so --free $free -- \
+                    build-gpu/bench/alloc_bench -m api -p $bare -s $sizes -t $threads -r 5 -T 0.25 \
+                    -l $tag-$free-$round -o $OUT/r/pair.csv >/dev/null 2>>$OUT/r/pair.err
+            done
+        done
+    done
+    python3 - $OUT/r/pair.csv <<'PY'
+import csv, sys
+rows = {(r["label"], r["size"], r["threads"]): float(r["us_median"]) for r in csv.DictReader(open(sys.argv[1]))}
+for (label, size, threads), us in sorted(rows.items()):
+    if ":" in label: continue
+    bare = next(v for (l, s, t), v in rows.items() if l.startswith(label + ":") and (s, t) == (size, threads))
+    print("%-17s %11s x%-3s cupool %.3f bare %.3f us a pair: %.3fx" % (label, size, threads, us, bare, us / bare))
+PY
+}
+
+case ${1:-} in
+x)
+    build build-gpu
+    ( cd .old && build build-gpu )
+    ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
+    for round in 1 2; do
+        for wl in infer train train-stream; do
+            for v in caching old new; do torch_once $wl $v; done
+        done
+    done | tee $OUT/r/torch.txt
+    torch_once infer new-stats CUPOOL_STATS=1
+    grep -h "made room\|served by a ready" $OUT/r/torch.err | tail -3
+    pair 256M,1G 1 2 .old/build-gpu build-gpu | tee $OUT/r/pair.txt
+    real_check 120 1 test_ready
+    grep -E "miss|FAILED" build-gpu/tests/test_ready.log | head -12
+    ;;
+*) echo "usage: OUT=DIR bash $0 x" >&2; exit 2 ;;
+esac
+tar -C $OUT -czf $OUT/r.tgz r
