@@ -581,18 +581,7 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
         x_stale = k ? atol(k) : 0;
         x_miss = e ? atol(e) : 1;
     }
-    if (x_miss == 2 && !ptr && fenced == CUDA_SUCCESS && size >= ORDERED_MISS_GIVES_BACK) {
-        int seen = 0;
-        for (deferred_block_t *b = c->ready_oldest; b && seen < 256; b = b->newer, seen++)
-            if (b->size >= size) {
-                struct ready_size *brs = ready_find(c, b->size);
-                /* the oldest of its size is the first met */
-                release_block(c, ready_pop(c, brs), c->private_stream);
-                back = size;
-                break;
-            }
-    }
-    while (x_miss == 1 && !ptr && fenced == CUDA_SUCCESS && size >= ORDERED_MISS_GIVES_BACK && back < size && c->ready_oldest &&
+    while (x_miss && !ptr && fenced == CUDA_SUCCESS && size >= ORDERED_MISS_GIVES_BACK && back < size && c->ready_oldest &&
            c->kept - c->ready_oldest->kept >= (uint64_t)x_stale) {
         back += c->ready_oldest->size;
         ready_evict_oldest(c, c->private_stream);
