@@ -575,14 +575,7 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
      * The oldest go back on the legacy stream, where the allocation
      * follows them, so the pool can hand their memory straight on. */
     uint64_t back = 0;
-    static long x_miss = -1, x_stale = 0;
-    if (x_miss < 0) {
-        const char *e = getenv("CUPOOL_X_MISS"), *k = getenv("CUPOOL_X_STALE");
-        x_stale = k ? atol(k) : 0;
-        x_miss = e ? atol(e) : 1;
-    }
-    while (x_miss && !ptr && fenced == CUDA_SUCCESS && size >= ORDERED_MISS_GIVES_BACK && back < size && c->ready_oldest &&
-           c->kept - c->ready_oldest->kept >= (uint64_t)x_stale) {
+    while (!ptr && fenced == CUDA_SUCCESS && size >= ORDERED_MISS_GIVES_BACK && back < size && c->ready_oldest) {
         back += c->ready_oldest->size;
         ready_evict_oldest(c, c->private_stream);
     }
