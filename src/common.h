@@ -197,7 +197,7 @@ const char *cupool_result_name(CUresult result);
     X(LIMIT, "CUPOOL_LIMIT", SIZE, "unlimited", NULL, "bytes per device the pools may hold; beyond it allocations go native") \
     X(DEFERRED_READY, "CUPOOL_DEFERRED_READY", SIZE, "1G", NULL,                                              \
       "deferred: bytes of freed blocks, their users done, a context keeps for the next allocation of their size") \
-    X(ORDERED_READY, "CUPOOL_ORDERED_READY", SIZE, "256M", NULL,                                               \
+    X(ORDERED_READY, "CUPOOL_ORDERED_READY", SIZE, "64M", NULL,                                                \
       "ordered: bytes of freed blocks a context keeps for the next allocation of their size") \
     X(DEFERRED_FENCE, "CUPOOL_DEFERRED_FENCE", ENUM, "auto", "auto|context|streams",                         \
       "deferred: what a fence records: one event for the whole context (cuCtxRecordEvent), one per stream, or the first unless a CUDA tool is attached") \

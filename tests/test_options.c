@@ -78,7 +78,7 @@ static const option_case_t options[] = {
     {"CUPOOL_SPLIT_SIZE", "1M", {"64K", "2M"}, {"big", "-1M"}},
     {"CUPOOL_LIMIT", "unlimited", {"1G", "unlimited", "2M"}, {"1.5", "lots", "-2G"}},
     {"CUPOOL_DEFERRED_READY", "1G", {"0", "256M", "1G", "unlimited"}, {"-1", "many", "0.5"}},
-    {"CUPOOL_ORDERED_READY", "256M", {"0", "64M", "1G", "unlimited"}, {"-1", "lots", "0.5"}},
+    {"CUPOOL_ORDERED_READY", "64M", {"0", "256M", "1G", "unlimited"}, {"-1", "lots", "0.5"}},
     {"CUPOOL_DEFERRED_FENCE", "auto", {"auto", "context", "streams", "STREAMS"}, {"stream", "ctx", "1"}},
     {"CUPOOL_DRIVER_QUEUE", "auto", {"auto", "on", "off", "OFF"}, {"yes", "1", "none"}},
     {"CUPOOL_MEMSET", "auto", {"auto", "kernel", "native"}, {"fast", "kernels"}},

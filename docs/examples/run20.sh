@@ -14,6 +14,15 @@
 #    git archive 8d54f40 | tar -x -C .old; after autoreconf -fi, cp -r
 #    configure Makefile.in aclocal.m4 build-aux m4 config.h.in .old/; and
 #    name .old in the call's carry
+# y: the library of x with the hand-back's rule picked by two variables
+#    read only in this build (83542fe; z: 2bf9a65; both taken out after the
+#    call): CUPOOL_X_MISS=0 no hand-back, CUPOOL_X_STALE=K only blocks
+#    kept K or more `ordered` frees ago; and CUPOOL_ORDERED_READY=64M
+#    without it.  PyTorch infer and train, 2 interleaved rounds, one
+#    process each, the caching allocator beside them.
+# z: as y, with CUPOOL_X_MISS=2 handing back only the oldest block the
+#    miss fits in (one block, among the store's 256 oldest), and the
+#    hand-back of y's `miss` with CUPOOL_ORDERED_READY=128M and 64M.
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -69,6 +78,33 @@ x)
     real_check 120 1 test_ready
     grep -E "miss|FAILED" build-gpu/tests/test_ready.log | head -12
     ;;
-*) echo "usage: OUT=DIR bash $0 x" >&2; exit 2 ;;
+y | z)
+    build build-gpu
+    variant() { # WORKLOAD NAME
+        case $2 in
+        caching) torch_once $1 caching ;;
+        nomiss) torch_once $1 nomiss CUPOOL_X_MISS=0 ;;
+        miss) torch_once $1 miss ;;
+        stale256) torch_once $1 stale256 CUPOOL_X_STALE=256 ;;
+        stale1k) torch_once $1 stale1k CUPOOL_X_STALE=1024 ;;
+        cap64) torch_once $1 cap64 CUPOOL_X_MISS=0 CUPOOL_ORDERED_READY=64M ;;
+        fits) torch_once $1 fits CUPOOL_X_MISS=2 ;;
+        miss128) torch_once $1 miss128 CUPOOL_ORDERED_READY=128M ;;
+        miss64) torch_once $1 miss64 CUPOOL_ORDERED_READY=64M ;;
+        esac
+    }
+    variants="caching nomiss miss stale256 stale1k cap64"
+    [ $1 = z ] && variants="caching fits miss128 miss64"
+    for round in 1 2; do
+        for wl in infer train; do
+            for v in $variants; do variant $wl $v; done
+        done
+    done | tee $OUT/r/variants.txt
+    [ $1 = z ] && { tar -C $OUT -czf $OUT/r.tgz r; exit 0; }
+    torch_once train stale256-stats CUPOOL_X_STALE=256 CUPOOL_STATS=1
+    torch_once infer stale256-stats CUPOOL_X_STALE=256 CUPOOL_STATS=1
+    grep -h "made room\|served by a ready" $OUT/r/torch.err | tail -4
+    ;;
+*) echo "usage: OUT=DIR bash $0 x|y|z" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
