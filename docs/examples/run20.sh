@@ -23,6 +23,11 @@
 # z: as y, with CUPOOL_X_MISS=2 handing back only the oldest block the
 #    miss fits in (one block, among the store's 256 oldest), and the
 #    hand-back of y's `miss` with CUPOOL_ORDERED_READY=128M and 64M.
+# t: the session's library (86e1639: the hand-back, a 64 MiB store):
+#    scripts/bench-gpu.sh's PyTorch stage, then make check on the real
+#    driver of test_ready, test_modes and test_kernel_race
+# s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy),
+#    then test_ready under compute-sanitizer in every free mode
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -105,6 +110,22 @@ y | z)
     torch_once infer stale256-stats CUPOOL_X_STALE=256 CUPOOL_STATS=1
     grep -h "made room\|served by a ready" $OUT/r/torch.err | tail -4
     ;;
-*) echo "usage: OUT=DIR bash $0 x|y|z" >&2; exit 2 ;;
+t)
+    BENCH_ONLY=torch BENCH_BUDGET=${BENCH_BUDGET:-380} timeout 430 sh scripts/bench-gpu.sh $OUT/r/t >$OUT/r/t.txt 2>&1
+    echo "bench rc $?"; sed -n '/=== torch/,$p' $OUT/r/t.txt | grep -v "^  rc=\|^+ " | tail -45
+    rm -rf $OUT/r/t/logs
+    ls build-gpu/.libs/libcupool.so >/dev/null 2>&1 || build build-gpu
+    real_check 120 3 test_ready test_modes test_kernel_race
+    grep -E "miss|FAILED" build-gpu/tests/test_ready.log | head -6
+    ;;
+s)
+    BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-230} timeout 400 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
+    echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
+    sed -n '/five runs/,/^===/p' $OUT/r/s.txt | head -6
+    rm -rf $OUT/r/s/logs
+    ls build-gpu/.libs/libcupool.so >/dev/null 2>&1 || build build-gpu
+    sanitize 150 8 test_ready
+    ;;
+*) echo "usage: OUT=DIR bash $0 x|y|z|t|s" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
