@@ -359,10 +359,10 @@ void cupool_stats_print(void)
         if (LOAD(s->ready_reuses))
             fprintf(out, "cupool:     allocations served by a ready block %llu (events recorded for them %llu)\n",
                     LOAD(s->ready_reuses), LOAD(s->ordered_fences));
-        if (LOAD(s->ordered_misses_given_back))
+        if (LOAD(s->misses_given_back))
             fprintf(out, "cupool:     large allocations the store made room for %llu (stored blocks handed back %s)\n",
-                    LOAD(s->ordered_misses_given_back),
-                    human((double)LOAD(s->ordered_given_back_bytes), b1, sizeof b1));
+                    LOAD(s->misses_given_back),
+                    human((double)LOAD(s->given_back_bytes), b1, sizeof b1));
         if (LOAD(s->deferred_waits))
             fprintf(out, "cupool:     frees that waited for the GPU (over 1 GiB freed and waiting) %llu\n",
                     LOAD(s->deferred_waits));
