@@ -754,9 +754,6 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t s
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, keep);
     CUdeviceptr ptr = size ? ready_take(c, size) : 0;
-    static int x_dmiss = -1;
-    if (x_dmiss < 0) x_dmiss = getenv("CUPOOL_X_DMISS") != NULL;
-    if (x_dmiss && size && !ptr) ready_make_room(c, size, c->private_stream);
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     return ptr;
