@@ -28,6 +28,12 @@
 #    driver of test_ready, test_modes and test_kernel_race
 # s: scripts/bench-gpu.sh without PyTorch (alloc, loop, memset, CuPy),
 #    then test_ready under compute-sanitizer in every free mode
+# d: PyTorch train-stream (where `auto` is `deferred`), 2 interleaved
+#    rounds, one process each, the caching allocator beside them:
+#    CUPOOL_DEFERRED_READY 1G (the default) and 256M, each with and
+#    without the store's hand-back on a large miss in `deferred` too
+#    (CUPOOL_X_DMISS, read only in this build, 53a83a1, taken out after
+#    the call)
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -83,7 +89,7 @@ x)
     real_check 120 1 test_ready
     grep -E "miss|FAILED" build-gpu/tests/test_ready.log | head -12
     ;;
-y | z)
+y | z | d)
     build build-gpu
     variant() { # WORKLOAD NAME
         case $2 in
@@ -96,16 +102,24 @@ y | z)
         fits) torch_once $1 fits CUPOOL_X_MISS=2 ;;
         miss128) torch_once $1 miss128 CUPOOL_ORDERED_READY=128M ;;
         miss64) torch_once $1 miss64 CUPOOL_ORDERED_READY=64M ;;
+        d1g) torch_once $1 d1g ;;
+        d256) torch_once $1 d256 CUPOOL_DEFERRED_READY=256M ;;
+        d1g-miss) torch_once $1 d1g-miss CUPOOL_X_DMISS=1 ;;
+        d256-miss) torch_once $1 d256-miss CUPOOL_X_DMISS=1 CUPOOL_DEFERRED_READY=256M ;;
         esac
     }
     variants="caching nomiss miss stale256 stale1k cap64"
+    workloads="infer train"
     [ $1 = z ] && variants="caching fits miss128 miss64"
+    [ $1 = d ] && variants="caching d1g d256 d1g-miss d256-miss" && workloads=train-stream
     for round in 1 2; do
-        for wl in infer train; do
+        for wl in $workloads; do
             for v in $variants; do variant $wl $v; done
         done
     done | tee $OUT/r/variants.txt
-    [ $1 = z ] && { tar -C $OUT -czf $OUT/r.tgz r; exit 0; }
+    [ $1 = d ] && torch_once train-stream d256-miss-stats CUPOOL_X_DMISS=1 CUPOOL_DEFERRED_READY=256M CUPOOL_STATS=1 &&
+        grep -h "made room\|served by a ready\|waited" $OUT/r/torch.err | tail -3
+    [ $1 != y ] && { tar -C $OUT -czf $OUT/r.tgz r; exit 0; }
     torch_once train stale256-stats CUPOOL_X_STALE=256 CUPOOL_STATS=1
     torch_once infer stale256-stats CUPOOL_X_STALE=256 CUPOOL_STATS=1
     grep -h "made room\|served by a ready" $OUT/r/torch.err | tail -4
@@ -126,6 +140,6 @@ s)
     ls build-gpu/.libs/libcupool.so >/dev/null 2>&1 || build build-gpu
     sanitize 150 8 test_ready
     ;;
-*) echo "usage: OUT=DIR bash $0 x|y|z|t|s" >&2; exit 2 ;;
+*) echo "usage: OUT=DIR bash $0 x|y|z|t|s|d" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
