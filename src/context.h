@@ -59,7 +59,8 @@ typedef struct {
  * read the device's line or the options'). */
 typedef struct cupool_context {
     CUcontext ctx;
-    cupool_device_t *device;
+    deferred_block_t *ready_oldest;          /* the store's oldest block (deferred.c, c->lock; read without it
+                                                by an `ordered` allocation, to find the store empty) */
     CUmemoryPool any_size_pool;              /* the pool of every size, no limit to count; else NULL */
     atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
     int sync_due;                            /* left ordered during a capture: synchronize after it */
@@ -86,13 +87,14 @@ typedef struct cupool_context {
     cupool_spare_list_t spare_batches;
     cupool_spare_list_t spare_sizes;
     struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (deferred.c) */
-    deferred_block_t *ready_oldest, *ready_newest;
+    deferred_block_t *ready_newest;
     uint64_t ready_bytes;
     int ready_empty;                         /* sizes in ready_sizes whose list is empty (deferred.c) */
     uint64_t fences;                         /* ordered fences recorded so far (deferred.c) */
     uint64_t kept;                           /* blocks `ordered` kept so far (deferred.c) */
     uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */
     CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
+    cupool_device_t *device;                 /* out of the first lines: the fast paths do not read it */
     struct cupool_context *next;             /* registry chain */
     cupool_queue_t queue;
 } __attribute__((aligned(64))) cupool_context_t;
@@ -188,8 +190,11 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
  * capture keeps it off the legacy stream. */
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
-    CUresult r = cupool_ordered_reuse(c, size, dptr);
-    if (r != CUDA_ERROR_NOT_FOUND) return r;
+    /* An empty store costs one look at the context's first line, no call. */
+    if (c->ready_oldest) {
+        CUresult r = cupool_ordered_reuse(c, size, dptr);
+        if (r != CUDA_ERROR_NOT_FOUND) return r;
+    }
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
     return cupool_legacy_pool_call(pool, dptr, size);
 }

@@ -579,8 +579,8 @@ static CUresult record_ordered_fence(cupool_context_t *c)
 
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
-    /* Read without the lock: an empty store costs no look into the
-     * context beyond its first line, and no lock. */
+    /* Read without the lock (cupool_ordered_alloc found the store not
+     * empty): a size it neither keeps nor makes room for takes no lock. */
     if (!c->ready_oldest || (!cupool_ordered_keeps(size) && size < MISS_GIVES_BACK))
         return CUDA_ERROR_NOT_FOUND;
     CUresult fenced = CUDA_SUCCESS;
