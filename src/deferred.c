@@ -403,7 +403,8 @@ static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * memory the pool cannot give to it, so the pool would reserve more while
  * they wait for sizes that may not come again (PyTorch inference over
  * changing shapes, a 256 MiB store: the peak 2.10x the caching allocator's,
- * nineteenth session; 1.09x with this, twentieth).  The oldest go back on
+ * nineteenth session; 1.09-1.17x with this, and 1.01-1.09x with it and a
+ * 64 MiB store, twentieth).  The oldest go back on
  * `stream` (on the legacy stream while their users may still run), where
  * the allocation follows them, so the pool can hand their memory straight
  * on.  c->lock held. */
