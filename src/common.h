@@ -13,6 +13,7 @@
 
 #include "cuda_api.h"
 #include "symbols.h"
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +36,24 @@
  * where a pthread mutex costs a call and about fifty instructions each way;
  * contended, it spins briefly and then yields.  Zero is unlocked. */
 typedef atomic_int cupool_spinlock_t;
+
+/* One more look at what another thread is about to finish (tries: the
+ * looks so far): for the first `spins` a pause instruction, which keeps
+ * the core's hyperthread sibling and the memory bus out of the way of the
+ * thread being waited for; then the core yielded, for a wait that turned
+ * out longer (that thread may itself wait for the one that spins). */
+static inline void cupool_wait_turn(unsigned tries, unsigned spins)
+{
+    if (tries < spins) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    } else {
+        sched_yield();
+    }
+}
 
 /* The contended case, out of line (driver.c): the uncontended path of
  * every caller then stays a few instructions that save no registers. */

@@ -11,7 +11,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,10 +147,8 @@ const char *cupool_result_name(CUresult result)
 void cupool_spin_wait(cupool_spinlock_t *lock)
 {
     do {
-        for (int spins = 0; atomic_load_explicit(lock, memory_order_relaxed); spins++) {
-            if (spins < 100) __builtin_ia32_pause();
-            else sched_yield();
-        }
+        for (unsigned tries = 0; atomic_load_explicit(lock, memory_order_relaxed); tries++)
+            cupool_wait_turn(tries, 100);
     } while (atomic_exchange_explicit(lock, 1, memory_order_acquire));
 }
 

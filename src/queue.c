@@ -29,7 +29,6 @@
  */
 #include "context.h"
 
-#include <sched.h>
 #include <time.h>
 
 /* A thread's call waiting in a queue: its own, so that asking needs no
@@ -118,10 +117,8 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
             cupool_spin_unlock(&q->lock);
             continue;
         }
-        if (tries < 256) {
-            __builtin_ia32_pause();
-        } else if (tries < 4096) {
-            sched_yield();
+        if (tries < 4096) {
+            cupool_wait_turn(tries, 256);
         } else {
             struct timespec nap = {0, nap_ns};
             nanosleep(&nap, NULL);

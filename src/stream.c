@@ -7,8 +7,6 @@
  */
 #include "context.h"
 
-#include <sched.h>
-
 /* ---- captures (counted in cupool_hot.captures) ---------------------------- */
 
 /* A fence of deferred.c (cuCtxRecordEvent, or events on the legacy stream)
@@ -96,12 +94,8 @@ static void before_begin(void)
     if (atomic_load(&cupool_legacy_calls) == 0) return;
     uint64_t start_ns = cupool_now_ns();
     for (unsigned tries = 0; atomic_load(&cupool_legacy_calls) > 0; tries++) {
-        if (tries < 256) {
-            __builtin_ia32_pause();
-        } else {
-            if (cupool_now_ns() - start_ns > LEGACY_CALLS_MAX_WAIT_NS) break;
-            sched_yield();
-        }
+        if (tries >= 256 && cupool_now_ns() - start_ns > LEGACY_CALLS_MAX_WAIT_NS) break;
+        cupool_wait_turn(tries, 256);
     }
 }
 
