@@ -88,6 +88,7 @@ typedef struct cupool_context {
     cupool_spare_list_t spare_sizes;
     struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (deferred.c) */
     deferred_block_t *ready_newest;
+    deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (deferred.c) */
     uint64_t ready_bytes;
     int ready_empty;                         /* sizes in ready_sizes whose list is empty (deferred.c) */
     uint64_t fences;                         /* ordered fences recorded so far (deferred.c) */
@@ -171,10 +172,10 @@ static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *p
     cupool_legacy_leave();
     return r;
 }
-/* Whether `ordered` keeps a freed block of this size for reuse: not when
- * it is larger than the whole store may be (CUPOOL_ORDERED_READY, and
- * CUPOOL_RELEASE_THRESHOLD if lower; 0 keeps none), which would hand it
- * straight back at a cost of its own. */
+/* Whether `ordered` keeps a freed block of this size for reuse: every size
+ * with the store on (CUPOOL_ORDERED_READY not 0), one larger than the store
+ * alone and only until the next free (deferred.c, keep_ordered); not above
+ * CUPOOL_RELEASE_THRESHOLD, nor above the store under CUPOOL_LIMIT. */
 static inline int cupool_ordered_keeps(size_t size)
 {
     return size <= cupool_hot.ordered_keep_max;

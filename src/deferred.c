@@ -260,6 +260,7 @@ static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
     else c->ready_oldest = b->newer;
     if (b->newer) b->newer->older = b->older;
     else c->ready_newest = b->older;
+    if (b == c->ready_oversize) c->ready_oversize = NULL;
     c->ready_bytes -= b->size;
     return b;
 }
@@ -314,10 +315,11 @@ static uint64_t release_blocks(cupool_context_t *c, deferred_block_t *b, CUstrea
     return bytes;
 }
 
-/* Returns the oldest ready block to its pool.  c->lock held. */
-static void ready_evict_oldest(cupool_context_t *c, CUstream stream)
+/* Returns a ready block of b's size (the oldest of that size, which is b
+ * or as large) to its pool.  c->lock held. */
+static void ready_evict(cupool_context_t *c, const deferred_block_t *b, CUstream stream)
 {
-    release_block(c, ready_pop(c, ready_find(c, c->ready_oldest->size)), stream);
+    release_block(c, ready_pop(c, ready_find(c, b->size)), stream);
 }
 
 /* A new, empty list for the ready blocks of this size; NULL when out of host
@@ -386,11 +388,15 @@ static CUdeviceptr ready_take(cupool_context_t *c, size_t size)
 }
 
 /* Returns to the pools what the store should no longer keep: past its cap
- * (0: everything) or its age.  c->lock held. */
+ * (0: everything; the block kept though larger than the store does not
+ * count against any other) or its age.  c->lock held. */
 static void ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream)
 {
-    while (c->ready_oldest && (c->ready_bytes > cap || now_ns > c->ready_oldest->fenced_ns + READY_MAX_AGE_NS))
-        ready_evict_oldest(c, stream);
+    for (;;) {
+        uint64_t counted = c->ready_bytes - (cap && c->ready_oversize ? c->ready_oversize->size : 0);
+        if (!c->ready_oldest || (counted <= cap && now_ns <= c->ready_oldest->fenced_ns + READY_MAX_AGE_NS)) return;
+        ready_evict(c, c->ready_oldest, stream);
+    }
 }
 
 /* A miss of at least this size makes the store hand back its oldest
@@ -413,8 +419,10 @@ static void ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
     if (size < MISS_GIVES_BACK || !c->ready_oldest) return;
     uint64_t back = 0;
     while (back < size && c->ready_oldest) {
-        back += c->ready_oldest->size;
-        ready_evict_oldest(c, stream);
+        /* The block larger than the store first: most room, one call. */
+        const deferred_block_t *b = c->ready_oversize ? c->ready_oversize : c->ready_oldest;
+        back += b->size;
+        ready_evict(c, b, stream);
     }
     cupool_device_stats_t *st = cupool_stats_for(c->ordinal);
     atomic_fetch_add_explicit(&st->misses_given_back, 1, memory_order_relaxed);
@@ -604,19 +612,28 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
 
 /* An `ordered` free kept for reuse (no capture in progress, c->ctx
  * current): into the store, which hands its oldest blocks back past its cap
- * or age. */
+ * or age.  A block larger than the whole store is kept too, beside the
+ * others, until the next free (which hands it back first), a miss of 1 MiB
+ * or more, or its age: a program that frees a large buffer and allocates
+ * its size again (the allocation pair at 256 MiB and 1 GiB, twenty-first
+ * session) then makes no pool call, for at most one block's memory, which
+ * the pool, keeping everything it reserved, would hold anyway. */
 static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
 {
     pthread_mutex_lock(&c->lock);
     deferred_block_t *b = take_record(&c->spare_blocks, sizeof(deferred_block_t));
     if (b) {
-        uint64_t now_ns = coarse_now_ns();
+        uint64_t now_ns = coarse_now_ns(), cap = ready_cap(c);
+        if (c->ready_oversize) ready_evict(c, c->ready_oversize, c->private_stream);
         b->ptr = o->ptr;
         b->size = o->size;
         b->due = c->fences + 1;
         b->kept = ++c->kept;
         ready_put(c, b, now_ns, c->private_stream);
-        ready_trim(c, ready_cap(c), now_ns, c->private_stream);
+        if (b->size > cap && cap && c->ready_newest == b &&
+            cupool_option_started(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED)
+            c->ready_oversize = b;
+        ready_trim(c, cap, now_ns, c->private_stream);
     }
     pthread_mutex_unlock(&c->lock);
     if (b) return CUDA_SUCCESS;
@@ -779,7 +796,7 @@ void cupool_deferred_return_ready(cupool_context_t *c)
     int pushed = cupool_enter_context(c->ctx);
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    while (c->ready_oldest) ready_evict_oldest(c, c->private_stream);
+    while (c->ready_oldest) ready_evict(c, c->ready_oldest, c->private_stream);
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     cupool_leave_context(pushed);
@@ -886,7 +903,7 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
         give_record(&c->spare_batches, batch);
     }
     c->tail = NULL;
-    while (c->ready_oldest) ready_evict_oldest(c, stream);
+    while (c->ready_oldest) ready_evict(c, c->ready_oldest, stream);
     release_blocks(c, c->pending, stream);
     release_blocks(c, c->held, stream);
     c->pending = c->held = NULL;

@@ -206,7 +206,10 @@ static void start(void)
     atexit(at_exit);
     cupool_pools_start();
     decide_queue();
+    /* Under CUPOOL_LIMIT the store keeps no block larger than itself
+     * (deferred.c, keep_ordered): the limit's room is already tight. */
     uint64_t keep = cupool_option(CUPOOL_OPT_ORDERED_READY), threshold = cupool_option(CUPOOL_OPT_RELEASE_THRESHOLD);
+    if (keep && cupool_option(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED) keep = UINT64_MAX;
     cupool_hot.ordered_keep_max = keep < threshold ? keep : threshold;
     int mode = (int)cupool_option(CUPOOL_OPT_FREE);
     atomic_store(&cupool_hot.fast, !cupool_hot.count_used && mode != CUPOOL_FREE_DEFERRED);

@@ -52,8 +52,10 @@
  *   ordered-many-sizes: 600 sizes freed and taken again, each time the
  *               block of its size (the store drops the lists of sizes it
  *               emptied past 256 and adds them again).
- *   ordered-over-cap: a block larger than CUPOOL_ORDERED_READY goes
- *               straight back to its pool.
+ *   ordered-over-cap: a block larger than CUPOOL_ORDERED_READY is kept
+ *               beside the others and serves the next allocation of its
+ *               size; the next free hands it back first, and so does a
+ *               miss of 1 MiB or more, before the store's oldest block.
  *   ordered-switch: auto moving to `deferred` synchronizes the context, so
  *               a block `ordered` kept then serves with no event at all.
  *   ordered-leave: auto moving from `ordered` to `sync` hands them back.
@@ -78,6 +80,7 @@
 #define BLOCK (4ull << 20)
 #define SMALL 256
 #define SLACK (2ull << 20) /* what else may move the figures on a real GPU */
+#define MISS (2 * BLOCK + BLOCK / 2)
 
 /* Lets every free so far complete and reach the store (or the pool): the
  * next cupool call after a synchronization sees their events complete. */
@@ -260,22 +263,55 @@ static int ordered_many_sizes(void)
     return 0;
 }
 
-/* With CUPOOL_ORDERED_READY=8M: a block larger than the whole store goes
- * straight back to its pool, the others are kept. */
+/* With CUPOOL_ORDERED_READY=8M: a block larger than the whole store (BIG)
+ * is kept beside a block of BLOCK and serves the next allocation of its
+ * size from the store; a miss of 10 MiB hands it back (not the older
+ * block), and so does the next free. */
+#define BIG (4 * BLOCK)
+
 static int ordered_over_cap(void)
 {
     tl_init(0);
-    CUdeviceptr big, small;
-    CHECK_CU(cuMemAlloc(&big, 4 * BLOCK));
-    CHECK_CU(cuMemAlloc(&small, BLOCK));
+    CUdeviceptr big, small[2], again, miss, taken;
+    CHECK_CU(cuMemAlloc(&big, BIG));
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&small[i], BLOCK));
     CUmemoryPool pool = tl_pool_of(big);
     CHECK_TRUE(pool != NULL);
+    CHECK_CU(cuMemFree(small[0]));
     CHECK_CU(cuMemFree(big));
-    CHECK_CU(cuMemFree(small));
+    CHECK_CU(cuCtxSynchronize());
+    uint64_t kept = tl_pool_used(pool);
+    CHECK_TRUE(kept >= BIG + 2 * BLOCK);
+    long long since = legacy_records();
+    CHECK_CU(cuMemAlloc(&again, BIG));
+    CHECK_EQ(again, big);
+    check_records(since, 1);
+    CHECK_EQ(tl_pool_used(pool), kept);
+    tl_fill(again, BIG, 0xD4D4D4D4u);
+    CHECK_TRUE(tl_spot_check(again, BIG, 0xD4D4D4D4u) == 0);
+    CHECK_CU(cuMemFree(again));
+    /* The pool serves the miss from BIG's memory: it uses less than before. */
+    CHECK_CU(cuMemAlloc(&miss, MISS));
+    tl_fill(miss, MISS, 0xE5E5E5E5u);
+    CHECK_CU(cuCtxSynchronize());
+    uint64_t after_miss = tl_pool_used(pool);
+    printf("over the cap: pool used %llu with 16 MiB and 4 MiB stored, %llu after a miss of 10 MiB\n",
+           (unsigned long long)kept, (unsigned long long)after_miss);
+    CHECK_TRUE(after_miss < kept);
+    CHECK_TRUE(tl_spot_check(miss, MISS, 0xE5E5E5E5u) == 0);
+    /* small[0] stayed in the store: the pool is not asked. */
+    CHECK_CU(cuMemAlloc(&taken, BLOCK));
+    CHECK_EQ(taken, small[0]);
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_EQ(tl_pool_used(pool), after_miss);
+    /* MISS is kept over the cap in its turn, until the next free. */
+    CHECK_CU(cuMemFree(miss));
+    CHECK_CU(cuMemFree(taken));
+    CHECK_CU(cuMemFree(small[1]));
     CHECK_CU(cuCtxSynchronize());
     uint64_t used = tl_pool_used(pool);
-    printf("over the cap: pool used %llu after freeing 16 MiB and 4 MiB\n", (unsigned long long)used);
-    CHECK_TRUE(used >= BLOCK && used < 2 * BLOCK);
+    printf("then two frees of 4 MiB: pool used %llu\n", (unsigned long long)used);
+    CHECK_TRUE(used >= 2 * BLOCK && used < 2 * BLOCK + SLACK);
     return 0;
 }
 
@@ -284,7 +320,6 @@ static int ordered_over_cap(void)
  * may keep under CUPOOL_ORDERED_READY=8M) first hands back the oldest, as
  * many bytes as it asks, and the pool serves it from them without growing
  * the memory in use.  Then BLOCK is no longer in the store. */
-#define MISS (2 * BLOCK + BLOCK / 2)
 
 static int ordered_miss(void)
 {
