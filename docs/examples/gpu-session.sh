@@ -30,3 +30,39 @@ build() { # DIR [CPPFLAGS]
         CPPFLAGS="${2:-}" >/dev/null && make -j8 >/dev/null 2>&1 && make -j8 check TESTS= >/dev/null 2>&1 ) ||
         echo "build $1 failed"
 }
+
+# One PyTorch process, one line: workload label ms peak (label old-* runs .old's library).
+torch_once() { # WORKLOAD LABEL [ENV...]
+    local wl=$1 label=$2 lib=build-gpu; shift 2
+    [ ${label%%-*} = old ] && lib=.old/build-gpu
+    if [ $label = caching ]; then
+        timeout 60 python3 bench/torch_bench.py --worker caching --workload $wl
+    else
+        env "$@" PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so \
+            -- python3 bench/torch_bench.py --worker nocache-cupool --workload $wl
+    fi 2>>$OUT/r/torch.err | tail -1 |
+        python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$wl', '$label', '%.3f' % r['ms_median'], r['peak_mib'])"
+}
+
+# The pair against its bare calls, one process per library and mode, into $OUT/r/pair.csv.
+pair() { # SIZES THREADS ROUNDS LIBDIR...
+    local sizes=$1 threads=$2 rounds=$3; shift 3
+    for round in $(seq $rounds); do
+        for free in ordered auto sync; do
+            for lib in "$@"; do
+                local bare=bare-ordered tag=new; [ $free = sync ] && bare=bare-sync; [ $lib = build-gpu ] || tag=old
+                timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so --free $free -- \
+                    build-gpu/bench/alloc_bench -m api -p $bare -s $sizes -t $threads -r 5 -T 0.25 \
+                    -l $tag-$free-$round -o $OUT/r/pair.csv >/dev/null 2>>$OUT/r/pair.err
+            done
+        done
+    done
+    python3 - $OUT/r/pair.csv <<'PY'
+import csv, sys
+rows = {(r["label"], r["size"], r["threads"]): float(r["us_median"]) for r in csv.DictReader(open(sys.argv[1]))}
+for (label, size, threads), us in sorted(rows.items()):
+    if ":" in label: continue
+    bare = next(v for (l, s, t), v in rows.items() if l.startswith(label + ":") and (s, t) == (size, threads))
+    print("%-17s %11s x%-3s cupool %.3f bare %.3f us a pair: %.3fx" % (label, size, threads, us, bare, us / bare))
+PY
+}

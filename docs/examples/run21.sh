@@ -1,0 +1,34 @@
+#!/bin/bash
+# The twenty-first session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run21.sh a|...
+# a: `ordered`'s store keeps the block freed last even when it is larger
+#    than the whole store (11dad4a), against the library the twentieth
+#    session left (e7998c6, its source carried in .old, built in
+#    .old/build-gpu; prepared as run20.sh x says): the allocation pair of
+#    `ordered`, `auto` and `sync` against their bare calls at 256 MiB and
+#    1 GiB, one thread, one process per library and mode; PyTorch infer,
+#    train and train-stream, the caching allocator beside them, one
+#    process each (infer and train twice, interleaved); make check on the
+#    real driver of the tests the store, the driver queue and captures
+#    touch.
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+case ${1:-} in
+a)
+    build build-gpu
+    ( cd .old && build build-gpu )
+    ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
+    pair 256M,1G 1 1 .old/build-gpu build-gpu | tee $OUT/r/pair.txt
+    for round in 1 2; do
+        for wl in infer train train-stream; do
+            [ $round = 2 ] && [ $wl = train-stream ] && continue
+            for v in caching old new; do torch_once $wl $v; done
+        done
+    done | tee $OUT/r/torch.txt
+    real_check 120 5 test_ready test_modes test_kernel_race test_queue test_capture
+    grep -E "over the cap|FAILED" build-gpu/tests/test_ready.log | head -6
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|..." >&2; exit 2 ;;
+esac
+tar -C $OUT -czf $OUT/r.tgz r
