@@ -11,6 +11,9 @@
 #    process each (infer and train twice, interleaved); make check on the
 #    real driver of the tests the store, the driver queue and captures
 #    touch.
+# s, t: as run20.sh s and t (scripts/bench-gpu.sh without PyTorch and
+#    test_ready under compute-sanitizer; its PyTorch stage and make check
+#    on the real driver), with the session's library.
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -29,6 +32,7 @@ a)
     real_check 120 5 test_ready test_modes test_kernel_race test_queue test_capture
     grep -E "over the cap|FAILED" build-gpu/tests/test_ready.log | head -6
     ;;
-*) echo "usage: OUT=DIR bash $0 a|..." >&2; exit 2 ;;
+s | t) exec bash "$(dirname "$0")/run20.sh" $1 ;;
+*) echo "usage: OUT=DIR bash $0 a|s|t" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
