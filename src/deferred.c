@@ -620,25 +620,33 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
  * the pool, keeping everything it reserved, would hold anyway. */
 static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
 {
-    pthread_mutex_lock(&c->lock);
-    deferred_block_t *b = take_record(&c->spare_blocks, sizeof(deferred_block_t));
-    if (b) {
-        uint64_t now_ns = coarse_now_ns(), cap = ready_cap(c);
-        if (c->ready_oversize) ready_evict(c, c->ready_oversize, c->private_stream);
-        b->ptr = o->ptr;
-        b->size = o->size;
-        b->due = c->fences + 1;
-        b->kept = ++c->kept;
-        ready_put(c, b, now_ns, c->private_stream);
-        if (b->size > cap && cap && c->ready_newest == b &&
-            cupool_option_started(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED)
-            c->ready_oversize = b;
-        ready_trim(c, cap, now_ns, c->private_stream);
+    deferred_block_t *b = NULL;
+    uint64_t cap = ready_cap(c);
+    /* Larger than the store: kept while one thread alone uses the context.
+     * Threads sharing it would pass that one block around, each free handing
+     * back another's under the store's lock, where the driver queue makes
+     * their pool calls together (1 GiB, 16 threads on the H200: 0.63-1.68x
+     * the bare calls in five runs, against 0.55x). */
+    int oversize = o->size > cap;
+    if (!oversize || (cap && !cupool_queue_wanted(c) &&
+                      cupool_option_started(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED)) {
+        pthread_mutex_lock(&c->lock);
+        if ((b = take_record(&c->spare_blocks, sizeof(deferred_block_t)))) {
+            uint64_t now_ns = coarse_now_ns();
+            if (c->ready_oversize) ready_evict(c, c->ready_oversize, c->private_stream);
+            b->ptr = o->ptr;
+            b->size = o->size;
+            b->due = c->fences + 1;
+            b->kept = ++c->kept;
+            ready_put(c, b, now_ns, c->private_stream);
+            if (oversize && c->ready_newest == b) c->ready_oversize = b;
+            ready_trim(c, cap, now_ns, c->private_stream);
+        }
+        pthread_mutex_unlock(&c->lock);
     }
-    pthread_mutex_unlock(&c->lock);
     if (b) return CUDA_SUCCESS;
-    /* No host memory for its record: back to the pool at once, as
-     * `ordered` frees what it does not keep. */
+    /* Not kept (that, or no host memory for its record): back to the pool
+     * at once, as `ordered` frees what it does not keep. */
     cupool_origin_t gone;
     cupool_origin_remove(o->ptr, &gone);
     return cupool_free_block(c, o, 0);
