@@ -89,6 +89,7 @@ typedef struct cupool_context {
     struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (deferred.c) */
     deferred_block_t *ready_newest;
     deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (deferred.c) */
+    const void *oversize_owner;              /* the cupool_thread of the thread that freed it */
     uint64_t ready_bytes;
     int ready_empty;                         /* sizes in ready_sizes whose list is empty (deferred.c) */
     uint64_t fences;                         /* ordered fences recorded so far (deferred.c) */
