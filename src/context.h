@@ -88,14 +88,15 @@ typedef struct cupool_context {
     cupool_spare_list_t spare_sizes;
     struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (deferred.c) */
     deferred_block_t *ready_newest;
-    deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (deferred.c) */
-    const void *oversize_owner;              /* the cupool_thread of the thread that freed it */
     uint64_t ready_bytes;
     int ready_empty;                         /* sizes in ready_sizes whose list is empty (deferred.c) */
     uint64_t fences;                         /* ordered fences recorded so far (deferred.c) */
     uint64_t kept;                           /* blocks `ordered` kept so far (deferred.c) */
     uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */
     CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
+    deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (deferred.c;
+                                                in the store's line, which every keep and take read) */
+    const void *oversize_owner;              /* the cupool_thread of the thread that freed it */
     cupool_device_t *device;                 /* out of the first lines: the fast paths do not read it */
     struct cupool_context *next;             /* registry chain */
     cupool_queue_t queue;
