@@ -148,6 +148,22 @@ static void first_block(CUdeviceptr *a, CUmemoryPool *pool, uint64_t *used_live,
     *beyond_live = free_beyond_device();
 }
 
+/* In `ordered`, the next allocation of `size` is `freed`, from the store
+ * after exactly one event on the legacy stream, the pool's use (`used`)
+ * unchanged; it is filled with `pattern` and checked. */
+static CUdeviceptr take_again(CUdeviceptr freed, size_t size, CUmemoryPool pool, uint64_t used, uint32_t pattern)
+{
+    CUdeviceptr again;
+    long long since = legacy_records();
+    CHECK_CU(cuMemAlloc(&again, size));
+    CHECK_EQ(again, freed);
+    check_records(since, 1);
+    CHECK_EQ(tl_pool_used(pool), used);
+    tl_fill(again, size, pattern);
+    CHECK_TRUE(tl_spot_check(again, size, pattern) == 0);
+    return again;
+}
+
 static int reuse(void)
 {
     tl_init(0);
@@ -210,13 +226,7 @@ static int ordered_reuse(void)
     CHECK_CU(cuMemFree(a));
     CHECK_EQ(tl_pool_used(pool), used_live);
     CHECK_TRUE(free_beyond_device() + (int64_t)SLACK >= beyond_live + (int64_t)BLOCK);
-    long long since = legacy_records();
-    CHECK_CU(cuMemAlloc(&b, BLOCK));
-    CHECK_EQ(b, a);
-    check_records(since, 1);
-    CHECK_EQ(tl_pool_used(pool), used_live);
-    tl_fill(b, BLOCK, 0xB2B2B2B2u);
-    CHECK_TRUE(tl_spot_check(b, BLOCK, 0xB2B2B2B2u) == 0);
+    b = take_again(a, BLOCK, pool, used_live, 0xB2B2B2B2u);
     CHECK_EQ(tl_stats(0).in_use, BLOCK);
     CHECK_CU(cuMemFree(b));
     CHECK_CU_EQ(cuMemFree(b), CUDA_ERROR_INVALID_VALUE);
@@ -227,7 +237,7 @@ static int ordered_reuse(void)
     CHECK_NE(c1, c2);
     CHECK_CU(cuMemFree(c1));
     CHECK_CU(cuMemFree(c2));
-    since = legacy_records();
+    long long since = legacy_records();
     CHECK_CU(cuMemAlloc(&d1, BLOCK));
     CHECK_CU(cuMemAlloc(&d2, BLOCK));
     check_records(since, 1);
@@ -274,7 +284,7 @@ static int ordered_many_sizes(void)
 static int ordered_over_cap(void)
 {
     tl_init(0);
-    CUdeviceptr big, small[2], again, miss, taken;
+    CUdeviceptr big, small[2], miss, taken;
     CHECK_CU(cuMemAlloc(&big, BIG));
     for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&small[i], BLOCK));
     CUmemoryPool pool = tl_pool_of(big);
@@ -284,14 +294,7 @@ static int ordered_over_cap(void)
     CHECK_CU(cuCtxSynchronize());
     uint64_t kept = tl_pool_used(pool);
     CHECK_TRUE(kept >= BIG + 2 * BLOCK);
-    long long since = legacy_records();
-    CHECK_CU(cuMemAlloc(&again, BIG));
-    CHECK_EQ(again, big);
-    check_records(since, 1);
-    CHECK_EQ(tl_pool_used(pool), kept);
-    tl_fill(again, BIG, 0xD4D4D4D4u);
-    CHECK_TRUE(tl_spot_check(again, BIG, 0xD4D4D4D4u) == 0);
-    CHECK_CU(cuMemFree(again));
+    CHECK_CU(cuMemFree(take_again(big, BIG, pool, kept, 0xD4D4D4D4u)));
     /* The pool serves the miss from BIG's memory: it uses less than before. */
     CHECK_CU(cuMemAlloc(&miss, MISS));
     tl_fill(miss, MISS, 0xE5E5E5E5u);

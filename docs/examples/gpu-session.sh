@@ -57,7 +57,12 @@ pair() { # SIZES THREADS ROUNDS LIBDIR...
             done
         done
     done
-    python3 - $OUT/r/pair.csv <<'PY'
+    pair_report $OUT/r/pair.csv
+}
+
+# One line per label, size and thread count of alloc_bench -p's CSV: cupool's pair against the bare calls it timed.
+pair_report() { # CSV
+    python3 - $1 <<'PY'
 import csv, sys
 rows = {(r["label"], r["size"], r["threads"]): float(r["us_median"]) for r in csv.DictReader(open(sys.argv[1]))}
 for (label, size, threads), us in sorted(rows.items()):

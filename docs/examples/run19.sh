@@ -89,14 +89,7 @@ v)
             build-gpu/bench/alloc_bench -m api -p $bare -s 1M,1G -t 1,16 -r 5 -T 0.25 \
             -l cupool-$free -o $OUT/r/pair.csv >/dev/null 2>>$OUT/r/pair.err
     done
-    python3 - $OUT/r/pair.csv <<'PY'
-import csv, sys
-rows = {(r["label"], r["size"], r["threads"]): float(r["us_median"]) for r in csv.DictReader(open(sys.argv[1]))}
-for (label, size, threads), us in sorted(rows.items()):
-    if ":" in label: continue
-    bare = next(v for (l, s, t), v in rows.items() if l.startswith(label + ":") and (s, t) == (size, threads))
-    print("%-15s %11s x%-3s cupool %.3f bare %.3f us a pair: %.3fx" % (label, size, threads, us, bare, us / bare))
-PY
+    pair_report $OUT/r/pair.csv
     ;;
 *) echo "usage: OUT=DIR bash $0 b|s|t|r|v" >&2; exit 2 ;;
 esac
