@@ -59,24 +59,14 @@ r)
     build build-gpu
     ( cd .old && build build-gpu )
     ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
-    once() { # WORKLOAD LABEL [ENV...]: one process, one line: workload label ms peak
-        local wl=$1 label=$2 lib=build-gpu; shift 2
-        [ ${label%%-*} = old ] && lib=.old/build-gpu
-        if [ $label = caching ]; then
-            timeout 60 python3 bench/torch_bench.py --worker caching --workload $wl
-        else
-            env "$@" PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so \
-                -- python3 bench/torch_bench.py --worker nocache-cupool --workload $wl
-        fi 2>>$OUT/r/room.err | tail -1 | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$wl', '$label', '%.3f' % r['ms_median'], r['peak_mib'])"
-    }
     for round in 1 2; do
         for wl in infer train train-stream; do
-            for v in caching old new; do once $wl $v; done
+            for v in caching old new; do torch_once $wl $v; done
         done
     done | tee $OUT/r/room.txt
-    for v in old new; do once infer $v-deferred CUPOOL_FREE=deferred; done | tee -a $OUT/r/room.txt
-    once infer new-stats CUPOOL_STATS=1
-    grep -h "make room\|served by a ready" $OUT/r/room.err | tail -3
+    for v in old new; do torch_once infer $v-deferred CUPOOL_FREE=deferred; done | tee -a $OUT/r/room.txt
+    torch_once infer new-stats CUPOOL_STATS=1
+    grep -h "make room\|served by a ready" $OUT/r/torch.err | tail -3
     real_check 120 1 test_ready
     grep -E "room|FAILED" build-gpu/tests/test_ready.log | head -12
     ;;
