@@ -14,6 +14,8 @@
 # s, t: as run20.sh s and t (scripts/bench-gpu.sh without PyTorch and
 #    test_ready under compute-sanitizer; its PyTorch stage and make check
 #    on the real driver), with the session's library.
+# f: call s, then PyTorch infer, train and train-stream once each beside
+#    the caching allocator (one process each), with the session's library.
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -33,6 +35,12 @@ a)
     grep -E "over the cap|FAILED" build-gpu/tests/test_ready.log | head -6
     ;;
 s | t) exec bash "$(dirname "$0")/run20.sh" $1 ;;
-*) echo "usage: OUT=DIR bash $0 a|s|t" >&2; exit 2 ;;
+f)
+    bash "$(dirname "$0")/run20.sh" s
+    for wl in infer train train-stream; do
+        for v in caching new; do torch_once $wl $v; done
+    done | tee $OUT/r/torch.txt
+    ;;
+*) echo "usage: OUT=DIR bash $0 a|s|t|f" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
