@@ -610,6 +610,13 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
     return CUDA_SUCCESS;
 }
 
+/* Whether the store holds a block larger than itself that another thread
+ * freed (c->lock held, or as a hint). */
+static int oversize_of_another_thread(const cupool_context_t *c)
+{
+    return c->ready_oversize && c->oversize_owner != &cupool_thread;
+}
+
 /* An `ordered` free kept for reuse (no capture in progress, c->ctx
  * current): into the store, which hands its oldest blocks back past its cap
  * or age.  A block larger than the whole store is kept too, beside the
@@ -623,35 +630,34 @@ static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
     deferred_block_t *b = NULL;
     uint64_t cap = ready_cap(c);
     /* Larger than the store: kept unless the store holds such a block
-     * another thread freed (read first without the lock, as a hint).
+     * another thread freed (looked at first without the lock, as a hint).
      * Threads sharing the context would otherwise pass that one block
      * around, each free handing back another's under the store's lock,
      * where the driver queue makes their pool calls together (1 GiB, 16
      * threads on the H200: 0.63-1.68x the bare calls in five runs, against
      * 0.55x). */
     int oversize = o->size > cap;
-    if (oversize && (!cap || cupool_option_started(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED ||
-                     (c->ready_oversize && c->oversize_owner != &cupool_thread)))
-        goto give_back;
-    pthread_mutex_lock(&c->lock);
-    if (!(oversize && c->ready_oversize && c->oversize_owner != &cupool_thread) &&
-        (b = take_record(&c->spare_blocks, sizeof(deferred_block_t)))) {
-        uint64_t now_ns = coarse_now_ns();
-        if (c->ready_oversize) ready_evict(c, c->ready_oversize, c->private_stream);
-        b->ptr = o->ptr;
-        b->size = o->size;
-        b->due = c->fences + 1;
-        b->kept = ++c->kept;
-        ready_put(c, b, now_ns, c->private_stream);
-        if (oversize && c->ready_newest == b) {
-            c->ready_oversize = b;
-            c->oversize_owner = &cupool_thread;
+    if (!oversize || (cap && cupool_option_started(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED &&
+                      !oversize_of_another_thread(c))) {
+        pthread_mutex_lock(&c->lock);
+        if (!(oversize && oversize_of_another_thread(c)) &&
+            (b = take_record(&c->spare_blocks, sizeof(deferred_block_t)))) {
+            uint64_t now_ns = coarse_now_ns();
+            if (c->ready_oversize) ready_evict(c, c->ready_oversize, c->private_stream);
+            b->ptr = o->ptr;
+            b->size = o->size;
+            b->due = c->fences + 1;
+            b->kept = ++c->kept;
+            ready_put(c, b, now_ns, c->private_stream);
+            if (oversize && c->ready_newest == b) {
+                c->ready_oversize = b;
+                c->oversize_owner = &cupool_thread;
+            }
+            ready_trim(c, cap, now_ns, c->private_stream);
         }
-        ready_trim(c, cap, now_ns, c->private_stream);
+        pthread_mutex_unlock(&c->lock);
     }
-    pthread_mutex_unlock(&c->lock);
     if (b) return CUDA_SUCCESS;
-give_back:;
     /* Not kept (that, or no host memory for its record): back to the pool
      * at once, as `ordered` frees what it does not keep. */
     cupool_origin_t gone;
