@@ -344,6 +344,7 @@ typedef struct cupool_device_stats {
     atomic_ullong ready_reuses; /* allocations served by a block of their size freed earlier (deferred.c) */
     atomic_ullong ordered_fences; /* events recorded on the legacy stream so that such a block can serve (deferred.c) */
     atomic_ullong misses_given_back, given_back_bytes; /* large allocations the store handed blocks back for (deferred.c) */
+    atomic_ullong oversize_kept; /* `ordered` frees the store kept though larger than itself (deferred.c) */
     atomic_ullong deferred_waits; /* frees that waited for the GPU, more than DEFERRED_MAX_BYTES waiting (deferred.c) */
     atomic_ullong queued_calls; /* pool calls made for a waiting thread, only while timing (queue.c) */
 } cupool_device_stats_t;

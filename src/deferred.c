@@ -652,6 +652,7 @@ static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
             if (oversize && c->ready_newest == b) {
                 c->ready_oversize = b;
                 c->oversize_owner = &cupool_thread;
+                atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->oversize_kept, 1, memory_order_relaxed);
             }
             ready_trim(c, cap, now_ns, c->private_stream);
         }

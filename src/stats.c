@@ -363,6 +363,9 @@ void cupool_stats_print(void)
             fprintf(out, "cupool:     large allocations the store made room for %llu (stored blocks handed back %s)\n",
                     LOAD(s->misses_given_back),
                     human((double)LOAD(s->given_back_bytes), b1, sizeof b1));
+        if (LOAD(s->oversize_kept))
+            fprintf(out, "cupool:     freed blocks the store kept though larger than itself %llu\n",
+                    LOAD(s->oversize_kept));
         if (LOAD(s->deferred_waits))
             fprintf(out, "cupool:     frees that waited for the GPU (over 1 GiB freed and waiting) %llu\n",
                     LOAD(s->deferred_waits));

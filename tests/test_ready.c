@@ -56,6 +56,8 @@
  *               beside the others and serves the next allocation of its
  *               size; the next free hands it back first, and so does a
  *               miss of 1 MiB or more, before the store's oldest block.
+ *   ordered-over-cap-stats: the same through the general paths, and
+ *               CUPOOL_STATS counts the three such blocks kept.
  *   ordered-over-cap-threads: while the store holds such a block one
  *               thread freed, one another thread frees goes straight back.
  *   ordered-switch: auto moving to `deferred` synchronizes the context, so
@@ -725,6 +727,8 @@ static const tl_case_t cases[] = {
     {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-many-sizes", ordered_many_sizes, {"CUPOOL_FREE=ordered", NULL}, 0},
     {"ordered-over-cap", ordered_over_cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
+    {"ordered-over-cap-stats", ordered_over_cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", "CUPOOL_STATS=1", NULL},
+     0, "freed blocks the store kept though larger than itself 3"},
     {"ordered-over-cap-threads", ordered_over_cap_threads, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-miss", ordered_miss, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
      "large allocations the store made room for 1 (stored blocks handed back 8.0 MiB)"},
