@@ -15,7 +15,9 @@
 #    test_ready under compute-sanitizer; its PyTorch stage and make check
 #    on the real driver), with the session's library.
 # f: call s, then PyTorch infer, train and train-stream once each beside
-#    the caching allocator (one process each), with the session's library.
+#    the caching allocator (one process each), with the session's library,
+#    and infer once more with CUPOOL_STATS (how often the store kept a
+#    block larger than itself).
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -40,6 +42,8 @@ f)
     for wl in infer train train-stream; do
         for v in caching new; do torch_once $wl $v; done
     done | tee $OUT/r/torch.txt
+    torch_once infer new-stats CUPOOL_STATS=1
+    grep -h "kept though larger\|made room\|served by a ready" $OUT/r/torch.err | tail -3
     ;;
 *) echo "usage: OUT=DIR bash $0 a|s|t|f" >&2; exit 2 ;;
 esac
