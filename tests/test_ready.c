@@ -334,11 +334,12 @@ static void *free_elsewhere(void *arg)
 
 /* With CUPOOL_ORDERED_READY=8M: while the store holds BIG, which this
  * thread freed, a block larger than the store another thread frees goes
- * straight back to its pool, and BIG stays. */
+ * straight back to its pool, and BIG stays to serve the next allocation
+ * of its size. */
 static int ordered_over_cap_threads(void)
 {
     elsewhere_ctx = tl_init(0);
-    CUdeviceptr big, other, again;
+    CUdeviceptr big, other;
     CHECK_CU(cuMemAlloc(&big, BIG));
     CHECK_CU(cuMemAlloc(&other, BIG + BLOCK));
     CUmemoryPool pool = tl_pool_of(big);
@@ -352,9 +353,7 @@ static int ordered_over_cap_threads(void)
     printf("over the cap, two threads: pool used %llu after freeing 16 MiB here and 20 MiB on another thread\n",
            (unsigned long long)used);
     CHECK_TRUE(used >= BIG && used < BIG + SLACK);
-    CHECK_CU(cuMemAlloc(&again, BIG));
-    CHECK_EQ(again, big);
-    CHECK_CU(cuMemFree(again));
+    CHECK_CU(cuMemFree(take_again(big, BIG, pool, used, 0xF6F6F6F6u)));
     return 0;
 }
 
@@ -363,7 +362,6 @@ static int ordered_over_cap_threads(void)
  * may keep under CUPOOL_ORDERED_READY=8M) first hands back the oldest, as
  * many bytes as it asks, and the pool serves it from them without growing
  * the memory in use.  Then BLOCK is no longer in the store. */
-
 static int ordered_miss(void)
 {
     tl_init(0);
