@@ -31,6 +31,23 @@ build() { # DIR [CPPFLAGS]
         echo "build $1 failed"
 }
 
+# This tree built in build-gpu, and the library carried in .old (an earlier commit's source) in .old/build-gpu.
+build_old_and_new() {
+    build build-gpu
+    ( cd .old && build build-gpu )
+    ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
+}
+
+# ROUNDS interleaved rounds of one PyTorch process per workload and label (torch_once's labels).
+torch_rounds() { # ROUNDS "WORKLOAD..." LABEL...
+    local rounds=$1 workloads=$2; shift 2
+    for round in $(seq $rounds); do
+        for wl in $workloads; do
+            for label in "$@"; do torch_once $wl $label; done
+        done
+    done
+}
+
 # One PyTorch process, one line: workload label ms peak (label old-* runs .old's library).
 torch_once() { # WORKLOAD LABEL [ENV...]
     local wl=$1 label=$2 lib=build-gpu; shift 2

@@ -56,14 +56,8 @@ t)
     done
     ;;
 r)
-    build build-gpu
-    ( cd .old && build build-gpu )
-    ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
-    for round in 1 2; do
-        for wl in infer train train-stream; do
-            for v in caching old new; do torch_once $wl $v; done
-        done
-    done | tee $OUT/r/room.txt
+    build_old_and_new
+    torch_rounds 2 "infer train train-stream" caching old new | tee $OUT/r/room.txt
     for v in old new; do torch_once infer $v-deferred CUPOOL_FREE=deferred; done | tee -a $OUT/r/room.txt
     torch_once infer new-stats CUPOOL_STATS=1
     grep -h "make room\|served by a ready" $OUT/r/torch.err | tail -3

@@ -39,14 +39,8 @@
 
 case ${1:-} in
 x)
-    build build-gpu
-    ( cd .old && build build-gpu )
-    ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
-    for round in 1 2; do
-        for wl in infer train train-stream; do
-            for v in caching old new; do torch_once $wl $v; done
-        done
-    done | tee $OUT/r/torch.txt
+    build_old_and_new
+    torch_rounds 2 "infer train train-stream" caching old new | tee $OUT/r/torch.txt
     torch_once infer new-stats CUPOOL_STATS=1
     grep -h "made room\|served by a ready" $OUT/r/torch.err | tail -3
     pair 256M,1G 1 2 .old/build-gpu build-gpu | tee $OUT/r/pair.txt

@@ -23,25 +23,17 @@
 
 case ${1:-} in
 a)
-    build build-gpu
-    ( cd .old && build build-gpu )
-    ls .old/build-gpu/.libs/libcupool.so build-gpu/.libs/libcupool.so
+    build_old_and_new
     pair 256M,1G 1 1 .old/build-gpu build-gpu | tee $OUT/r/pair.txt
-    for round in 1 2; do
-        for wl in infer train train-stream; do
-            [ $round = 2 ] && [ $wl = train-stream ] && continue
-            for v in caching old new; do torch_once $wl $v; done
-        done
-    done | tee $OUT/r/torch.txt
+    { torch_rounds 1 "infer train train-stream" caching old new
+      torch_rounds 1 "infer train" caching old new; } | tee $OUT/r/torch.txt
     real_check 120 5 test_ready test_modes test_kernel_race test_queue test_capture
     grep -E "over the cap|FAILED" build-gpu/tests/test_ready.log | head -6
     ;;
 s | t) exec bash "$(dirname "$0")/run20.sh" $1 ;;
 f)
     bash "$(dirname "$0")/run20.sh" s
-    for wl in infer train train-stream; do
-        for v in caching new; do torch_once $wl $v; done
-    done | tee $OUT/r/torch.txt
+    torch_rounds 1 "infer train train-stream" caching new | tee $OUT/r/torch.txt
     torch_once infer new-stats CUPOOL_STATS=1
     grep -h "kept though larger\|made room\|served by a ready" $OUT/r/torch.err | tail -3
     ;;
