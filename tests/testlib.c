@@ -45,12 +45,21 @@ cupool_stats_t tl_stats(int device)
     return s;
 }
 
+const char *tl_self_path(void)
+{
+    static char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0 || (size_t)n >= sizeof path - 1) return "/proc/self/exe";
+    path[n] = '\0';
+    return path;
+}
+
 void tl_reexec_with(char **argv, const char *name, const char *value)
 {
     if (getenv(name)) return;
     setenv(name, value, 1);
-    execv("/proc/self/exe", argv);
-    CHECK_FAIL("execv(/proc/self/exe): %s", strerror(errno));
+    execv(tl_self_path(), argv);
+    CHECK_FAIL("execv(%s): %s", tl_self_path(), strerror(errno));
 }
 
 int tl_cuda_tool_attached(void)
@@ -129,7 +138,7 @@ void tl_run_self(const char *const *args, const char *const *env, int native, in
         argv[n++] = "test-child";
         for (const char *const *a = args; a && *a && n < 63; a++) argv[n++] = *a;
         argv[n] = NULL;
-        execv("/proc/self/exe", (char *const *)argv);
+        execv(tl_self_path(), (char *const *)argv);
         fprintf(stderr, "execv: %s\n", strerror(errno));
         _exit(127);
     }

@@ -23,6 +23,12 @@ int tl_device_count(void);
  * test fails when cupool is not loaded. */
 cupool_stats_t tl_stats(int device);
 
+/* This test program's path, for re-executing it.  Read through readlink
+ * rather than exec'ing /proc/self/exe: under valgrind /proc/self/exe is
+ * valgrind itself, while readlink answers with the program valgrind runs, so
+ * the child runs under valgrind too (scripts/memcheck.sh). */
+const char *tl_self_path(void);
+
 /* When `name` is unset in the environment: sets it to `value` and re-executes
  * this program with the same arguments.  Returns when it is already set. */
 void tl_reexec_with(char **argv, const char *name, const char *value);

@@ -82,7 +82,7 @@ static int child_fork(char *self)
     CHECK_TRUE(pid >= 0);
     if (pid == 0) {
         char *args[] = {self, (char *)"forked", NULL};
-        execv("/proc/self/exe", args);
+        execv(tl_self_path(), args);
         _exit(127);
     }
     int status;
@@ -495,7 +495,7 @@ static pid_t spawn(const char *mode, const char *const *env, int *status)
         for (int i = 0; env[i]; i++) putenv((char *)env[i]);
         if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr)) _exit(126);
         char *args[] = {self, (char *)mode, NULL};
-        execv("/proc/self/exe", args);
+        execv(tl_self_path(), args);
         _exit(127);
     }
     CHECK_EQ(waitpid(pid, status, 0), pid);

@@ -18,7 +18,7 @@ static inline void memset_test_reexec(char **argv, const char *name, const char 
     const char *now = getenv(name);
     if (now && strcmp(now, value) == 0) return;
     setenv(name, value, 1);
-    execv("/proc/self/exe", argv);
+    execv(tl_self_path(), argv);
     CHECK_FAIL("cannot re-execute %s with %s=%s", argv[0], name, value);
 }
 

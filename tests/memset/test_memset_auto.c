@@ -35,6 +35,12 @@ static void region_init(region_t *r, CUdeviceptr base, size_t size, uint64_t see
     CHECK_CU(cuMemcpyHtoD(base, r->before, size));
 }
 
+static void region_free(region_t *r)
+{
+    free(r->before);
+    free(r->expect);
+}
+
 static void region_check(const region_t *r, const char *what)
 {
     unsigned char *got = malloc(r->size);
@@ -100,6 +106,9 @@ static int child(const char *phase)
         CHECK_CU_EQ(cuGraphAddMemsetNode(&n, g, NULL, 0, &z, ctx), CUDA_ERROR_INVALID_VALUE);
         CHECK_CU(cuGraphDestroy(g));
         CHECK_EQ(memset_test_rewritten(), cupool ? 0 : -1);
+        region_free(&rp);
+        region_free(&rn);
+        region_free(&ra);
         return 0;
     }
 
@@ -147,6 +156,9 @@ static int child(const char *phase)
     CHECK_CU(cuMemFree(pooled));
     CHECK_CU(cuMemFree(plain));
     CHECK_CU(cuStreamDestroy(stream));
+    region_free(&rp);
+    region_free(&rn);
+    region_free(&ra);
     return 0;
 }
 
@@ -159,7 +171,7 @@ static int run_child(char **argv, const char *phase, const char *bug, const char
         setenv("CUPOOL_MEMSET", mode, 1);
         setenv("CUPOOL_MAX_SIZE", "1M", 1);
         char *args[] = {argv[0], (char *)phase, NULL};
-        execv("/proc/self/exe", args);
+        execv(tl_self_path(), args);
         _exit(99);
     }
     int status;
