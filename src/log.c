@@ -86,6 +86,10 @@ static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 static chunk_t *queue_head, **queue_tail = &queue_head, *spare;
 static int queued, spares, writer_state;
+/* The chunk the writer took off the queue and has not recycled yet (under
+ * queue_lock): a fork() can come while it writes it, and only this pointer
+ * lets the child, which has no writer, take the chunk back. */
+static chunk_t *in_writer;
 
 static void write_all(const char *data, size_t len)
 {
@@ -272,11 +276,13 @@ static void *writer_main(void *arg)
         if (!queue_head) queue_tail = &queue_head;
         queued--;
         c->next = NULL;
+        in_writer = c;
         pthread_mutex_lock(&write_lock);
         pthread_mutex_unlock(&queue_lock);
         write_entries(c);
         pthread_mutex_unlock(&write_lock);
         pthread_mutex_lock(&queue_lock);
+        in_writer = NULL;
         recycle_locked(c);
     }
     return NULL;
@@ -525,6 +531,8 @@ static void fork_child(void)
         recycle_locked(parents);
         parents = next;
     }
+    if (in_writer) recycle_locked(in_writer);
+    in_writer = NULL;
     writer_state = WRITER_NONE;
     init_queue_cond();
     pthread_mutex_unlock(&write_lock);
