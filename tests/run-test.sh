@@ -4,6 +4,11 @@
 # CUPOOL_TEST_DRIVER=real, against the system's libcuda.so.1.
 # A test program may ask to run without cupool by setting CUPOOL_TEST_NATIVE=1
 # in its own re-execution (see tests/check.h).  Exit 77 = skipped.
+# With CUPOOL_TEST_VALGRIND=1 each test program, and every copy of itself it
+# starts, runs under valgrind's memcheck: an invalid read or write, a use of
+# uninitialised memory or a definite leak (in cupool, the simulated driver or
+# the test) fails the test, with valgrind's report in its .log.  System
+# programs the tests start (sh, cat) are not traced.
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
 driver=${CUPOOL_TEST_DRIVER:-sim}
 case $driver in
@@ -18,5 +23,13 @@ CUPOOL_LIBRARY="$builddir/.libs/libcupool.so"
 export CUPOOL_LIBRARY CUPOOL_TEST_DRIVER="$driver"
 case $1 in
 *.sh) exec ${SHELL:-/bin/sh} "$@" ;;
-*) LD_PRELOAD="$CUPOOL_LIBRARY${LD_PRELOAD:+:$LD_PRELOAD}" exec "$@" ;;
+*)
+    LD_PRELOAD="$CUPOOL_LIBRARY${LD_PRELOAD:+:$LD_PRELOAD}"
+    export LD_PRELOAD
+    if [ "${CUPOOL_TEST_VALGRIND:-0}" = 1 ]; then
+        exec valgrind -q --error-exitcode=42 --trace-children=yes --trace-children-skip='/usr/*,/bin/*' \
+            --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect "$@"
+    fi
+    exec "$@"
+    ;;
 esac
