@@ -200,7 +200,7 @@ void cupool_synchronize_switch(cupool_context_t *c)
     CUresult r = real_cuCtxSynchronize();
     cupool_relaxed_end(previous);
     cupool_leave_context(pushed);
-    c->sync_due = 0;
+    CUPOOL_HINT_WRITE(c->sync_due, 0);
     if (r == CUDA_SUCCESS) cupool_deferred_synchronized(c, kept);
     if (r != CUDA_SUCCESS)
         cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
@@ -215,7 +215,7 @@ static void promote(cupool_context_t *c, int mode)
     /* A context-wide synchronization would invalidate a capture in progress:
      * it then waits for the capture to end (cupool_reclaim). */
     if (old == CUPOOL_FREE_ORDERED) {
-        if (atomic_load(&cupool_hot.captures) > 0) c->sync_due = 1;
+        if (atomic_load(&cupool_hot.captures) > 0) CUPOOL_HINT_WRITE(c->sync_due, 1);
         else cupool_synchronize_switch(c);
     }
     atomic_store(&c->mode, mode);

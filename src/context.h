@@ -60,7 +60,8 @@ typedef struct {
 typedef struct cupool_context {
     CUcontext ctx;
     deferred_block_t *ready_oldest;          /* the store's oldest block (deferred.c, c->lock; read without it
-                                                by an `ordered` allocation, to find the store empty) */
+                                                by an `ordered` allocation, to find the store empty: fields
+                                                read so are written with CUPOOL_HINT_WRITE) */
     CUmemoryPool any_size_pool;              /* the pool of every size, no limit to count; else NULL */
     atomic_int mode;                         /* CUPOOL_FREE_ORDERED/DEFERRED/SYNC in force */
     int sync_due;                            /* left ordered during a capture: synchronize after it */
@@ -194,7 +195,7 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
     /* An empty store costs one look at the context's first line, no call. */
-    if (c->ready_oldest) {
+    if (CUPOOL_HINT_READ(c->ready_oldest)) {
         CUresult r = cupool_ordered_reuse(c, size, dptr);
         if (r != CUDA_ERROR_NOT_FOUND) return r;
     }
@@ -256,7 +257,7 @@ void cupool_synchronize_switch(cupool_context_t *c);
  * complete. */
 static inline int cupool_deferred_waiting(const cupool_context_t *c)
 {
-    return c->head || c->pending || c->held;
+    return CUPOOL_HINT_READ(c->head) || CUPOOL_HINT_READ(c->pending) || CUPOOL_HINT_READ(c->held);
 }
 /* Serves a `deferred` allocation from the blocks freed earlier in the
  * context whose users are all done, returning completed ones first; 1 when
@@ -268,7 +269,7 @@ void cupool_deferred_return_ready(cupool_context_t *c);
 /* Bytes of the context's ready blocks (a hint, read without its lock). */
 static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
 {
-    return c->ready_bytes;
+    return CUPOOL_HINT_READ(c->ready_bytes);
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
 /* Around a synchronization of the context: what `before` answers just
@@ -284,7 +285,7 @@ void cupool_deferred_free_spares(cupool_context_t *c);
  * the common case makes no call. */
 static inline int cupool_reclaim_due(const cupool_context_t *c)
 {
-    return c->sync_due || cupool_deferred_waiting(c);
+    return CUPOOL_HINT_READ(c->sync_due) || cupool_deferred_waiting(c);
 }
 /* Streams (called by stream.c's shims): a new stream of the calling thread's
  * context, and a stream about to be destroyed. */

@@ -124,8 +124,9 @@ void cupool_deferred_free_spares(cupool_context_t *c)
         newer = b->newer;
         free(b);
     }
-    c->ready_oldest = c->ready_newest = NULL;
-    c->ready_bytes = 0;
+    CUPOOL_HINT_WRITE(c->ready_oldest, NULL);
+    c->ready_newest = NULL;
+    CUPOOL_HINT_WRITE(c->ready_bytes, 0);
     struct ready_size *rs, *tmp;
     HASH_ITER(hh, c->ready_sizes, rs, tmp)
     {
@@ -257,11 +258,11 @@ static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
         if (++c->ready_empty > READY_EMPTY_MAX) ready_drop_empty(c);
     }
     if (b->older) b->older->newer = b->newer;
-    else c->ready_oldest = b->newer;
+    else CUPOOL_HINT_WRITE(c->ready_oldest, b->newer);
     if (b->newer) b->newer->older = b->older;
     else c->ready_newest = b->older;
-    if (b == c->ready_oversize) c->ready_oversize = NULL;
-    c->ready_bytes -= b->size;
+    if (b == c->ready_oversize) CUPOOL_HINT_WRITE(c->ready_oversize, NULL);
+    CUPOOL_HINT_WRITE(c->ready_bytes, c->ready_bytes - b->size);
     return b;
 }
 
@@ -289,7 +290,7 @@ static void release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
     if (hold) {
         b->due = b->kept = 0;
         b->next = c->held;
-        c->held = b;
+        CUPOOL_HINT_WRITE(c->held, b);
     } else {
         /* The record leaves the origin table first: once the pool has the
          * block, another thread may be handed the same address. */
@@ -360,9 +361,9 @@ static void ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_
     b->newer = NULL;
     b->older = c->ready_newest;
     if (c->ready_newest) c->ready_newest->newer = b;
-    else c->ready_oldest = b;
+    else CUPOOL_HINT_WRITE(c->ready_oldest, b);
     c->ready_newest = b;
-    c->ready_bytes += b->size;
+    CUPOOL_HINT_WRITE(c->ready_bytes, c->ready_bytes + b->size);
 }
 
 /* Hands the oldest block of its size (rs, not empty) to an allocation, in
@@ -588,10 +589,9 @@ static CUresult record_ordered_fence(cupool_context_t *c)
 
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
-    /* Read without the lock (cupool_ordered_alloc found the store not
-     * empty): a size it neither keeps nor makes room for takes no lock. */
-    if (!c->ready_oldest || (!cupool_ordered_keeps(size) && size < MISS_GIVES_BACK))
-        return CUDA_ERROR_NOT_FOUND;
+    /* cupool_ordered_alloc found the store not empty (without the lock): a
+     * size it neither keeps nor makes room for takes no lock. */
+    if (!cupool_ordered_keeps(size) && size < MISS_GIVES_BACK) return CUDA_ERROR_NOT_FOUND;
     CUresult fenced = CUDA_SUCCESS;
     CUdeviceptr ptr = 0;
     pthread_mutex_lock(&c->lock);
@@ -614,7 +614,7 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
  * freed (c->lock held, or as a hint). */
 static int oversize_of_another_thread(const cupool_context_t *c)
 {
-    return c->ready_oversize && c->oversize_owner != &cupool_thread;
+    return CUPOOL_HINT_READ(c->ready_oversize) && CUPOOL_HINT_READ(c->oversize_owner) != &cupool_thread;
 }
 
 /* An `ordered` free kept for reuse (no capture in progress, c->ctx
@@ -650,8 +650,8 @@ static CUresult keep_ordered(cupool_context_t *c, const cupool_origin_t *o)
             b->kept = ++c->kept;
             ready_put(c, b, now_ns, c->private_stream);
             if (oversize && c->ready_newest == b) {
-                c->ready_oversize = b;
-                c->oversize_owner = &cupool_thread;
+                CUPOOL_HINT_WRITE(c->ready_oversize, b);
+                CUPOOL_HINT_WRITE(c->oversize_owner, (const void *)&cupool_thread);
                 atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->oversize_kept, 1, memory_order_relaxed);
             }
             ready_trim(c, cap, now_ns, c->private_stream);
@@ -721,10 +721,10 @@ static void record_batch(cupool_context_t *c)
         batch->blocks = c->pending;
         batch->next = NULL;
         if (c->tail) c->tail->next = batch;
-        else c->head = batch;
+        else CUPOOL_HINT_WRITE(c->head, batch);
         c->tail = batch;
     }
-    c->pending = NULL;
+    CUPOOL_HINT_WRITE(c->pending, NULL);
     c->npending = 0;
     c->batch_start_ns = 0;
 }
@@ -741,7 +741,7 @@ static void release_held(cupool_context_t *c)
         else real_cuCtxSynchronize(); /* could not record: the strongest order */
         if (r == CUDA_SUCCESS) order_after(c, fence);
         release_blocks(c, c->held, c->private_stream);
-        c->held = NULL;
+        CUPOOL_HINT_WRITE(c->held, NULL);
     }
     if (fence) give_event(c, fence);
 }
@@ -766,7 +766,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
     }
     while (c->head && batch_complete(c->head, c->deferred_bytes > keep)) {
         deferred_batch_t *batch = c->head;
-        c->head = batch->next;
+        CUPOOL_HINT_WRITE(c->head, batch->next);
         if (!c->head) c->tail = NULL;
         order_after(c, batch->fence);
         give_event(c, batch->fence);
@@ -789,7 +789,7 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t s
     if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_synchronize_switch(c);
     /* Ready blocks alone matter to a taker, and to a wait for everything
      * (which empties the store too). */
-    if (!cupool_deferred_waiting(c) && !(c->ready_oldest && (size || keep == 0))) return 0;
+    if (!cupool_deferred_waiting(c) && !(CUPOOL_HINT_READ(c->ready_oldest) && (size || keep == 0))) return 0;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, keep);
@@ -814,7 +814,7 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 
 void cupool_deferred_return_ready(cupool_context_t *c)
 {
-    if (!c->ready_oldest) return;
+    if (!CUPOOL_HINT_READ(c->ready_oldest)) return;
     int pushed = cupool_enter_context(c->ctx);
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
@@ -856,10 +856,10 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     b->due = b->kept = 0; /* back in its pool, or in the store, only once its fence has completed */
     if (held) {
         b->next = c->held;
-        c->held = b;
+        CUPOOL_HINT_WRITE(c->held, b);
     } else {
         b->next = c->pending;
-        c->pending = b;
+        CUPOOL_HINT_WRITE(c->pending, b);
         c->deferred_bytes += o->size;
         /* Only a batch that may wait for company needs its start time. */
         if (c->npending++ == 0 && batch_wait_ns(c) > 0) c->batch_start_ns = cupool_now_ns();
@@ -919,7 +919,7 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
     c->kept_done = c->kept;
     while (c->head) {
         deferred_batch_t *batch = c->head;
-        c->head = batch->next;
+        CUPOOL_HINT_WRITE(c->head, batch->next);
         release_blocks(c, batch->blocks, stream);
         give_event(c, batch->fence);
         give_record(&c->spare_batches, batch);
@@ -928,7 +928,8 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
     while (c->ready_oldest) ready_evict(c, c->ready_oldest, stream);
     release_blocks(c, c->pending, stream);
     release_blocks(c, c->held, stream);
-    c->pending = c->held = NULL;
+    CUPOOL_HINT_WRITE(c->pending, NULL);
+    CUPOOL_HINT_WRITE(c->held, NULL);
     c->npending = 0;
     c->deferred_bytes = 0;
 }

@@ -55,7 +55,7 @@ const char *cupool_symbol_name(int sym)
     return sym >= 0 && sym < CUPOOL_SYM_COUNT ? handled[sym].name : "?";
 }
 
-static int handled_index(const char *name)
+CUPOOL_NOT_SANITIZED static int handled_index(const char *name)
 {
     if (!name || name[0] != 'c' || name[1] != 'u') return -1;
     for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(handled); i++)
@@ -66,14 +66,20 @@ static int handled_index(const char *name)
 /* ---- the real dlsym ------------------------------------------------------ */
 
 typedef void *dlsym_fn_t(void *, const char *);
-static dlsym_fn_t *real_dlsym;
-static pthread_once_t real_dlsym_once = PTHREAD_ONCE_INIT;
+static _Atomic(dlsym_fn_t *) real_dlsym_fn;
 
-static void find_real_dlsym(void)
+/* The C library's dlsym.  Found without pthread_once: a sanitizer's runtime
+ * (a test build) calls dlsym while it starts, before its pthread_once works.
+ * Two threads that look at once find the same function. */
+CUPOOL_NOT_SANITIZED static dlsym_fn_t *real_dlsym(void)
 {
+    dlsym_fn_t *fn = atomic_load_explicit(&real_dlsym_fn, memory_order_relaxed);
+    if (CUPOOL_LIKELY(fn)) return fn;
     /* dlvsym is not overridden, so this cannot come back to us. */
-    real_dlsym = (dlsym_fn_t *)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!real_dlsym) real_dlsym = (dlsym_fn_t *)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    fn = (dlsym_fn_t *)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!fn) fn = (dlsym_fn_t *)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    atomic_store_explicit(&real_dlsym_fn, fn, memory_order_relaxed);
+    return fn;
 }
 
 /* ---- loading the driver -------------------------------------------------- */
@@ -92,7 +98,7 @@ static int is_ours(void *fn)
 
 static void *resolve_real(void *handle, const char *name)
 {
-    void *fn = real_dlsym(handle, name);
+    void *fn = real_dlsym()(handle, name);
     /* Never take our own wrapper for the real function (proxychains' rule). */
     return is_ours(fn) ? NULL : fn;
 }
@@ -101,8 +107,7 @@ static void load_driver(void)
 {
     Dl_info self;
     if (dladdr((void *)&load_driver, &self)) self_base = self.dli_fbase;
-    pthread_once(&real_dlsym_once, find_real_dlsym);
-    if (!real_dlsym) {
+    if (!real_dlsym()) {
         cupool_message(CUPOOL_MSG_ERROR, "cannot find the C library's dlsym; passing nothing through");
         return;
     }
@@ -281,12 +286,12 @@ CUPOOL_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda
  * shim, but only when the lookup found the real driver's function.  Unhandled
  * names return straight from the real dlsym as a tail call, so that glibc
  * still sees the program as the caller (RTLD_NEXT depends on it). */
-__attribute__((optimize("O2", "optimize-sibling-calls"))) static void *lookup(void *handle, const char *name)
+__attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_NOT_SANITIZED static void *lookup(void *handle, const char *name)
 {
-    pthread_once(&real_dlsym_once, find_real_dlsym);
+    dlsym_fn_t *real = real_dlsym();
     int i = handled_index(name);
-    if (i < 0) return real_dlsym(handle, name);
-    void *fn = real_dlsym(handle, name);
+    if (i < 0) return real(handle, name);
+    void *fn = real(handle, name);
     if (fn && cupool_driver_load() && fn == *handled[i].real) return handled[i].shim;
     return fn;
 }
@@ -305,7 +310,7 @@ __attribute__((optimize("O2", "optimize-sibling-calls"))) static void *lookup(vo
 #define CUPOOL_SYMVER(name)
 #define CUPOOL_SYMVER_ASM 1
 #endif
-#define CUPOOL_DLSYM_ATTRIBUTES __attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_EXPORT
+#define CUPOOL_DLSYM_ATTRIBUTES __attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_NOT_SANITIZED CUPOOL_EXPORT
 
 CUPOOL_DLSYM_ATTRIBUTES CUPOOL_SYMVER("dlsym@GLIBC_2.2.5") void *cupool_dlsym_2_2_5(void *handle, const char *name)
 {
