@@ -1,7 +1,8 @@
 #!/bin/sh
-# scripts/sanitize.sh [address|thread ...]: cupool, the simulated driver and
-# the test programs built with a compiler sanitizer, out of tree, and every
-# C test program of the suite run against that build (the simulated driver).
+# scripts/sanitize.sh [address|thread ...]: cupool, the simulated driver,
+# its commands and the test programs built with a compiler sanitizer, out of
+# tree, and every C test program of the suite, with the tests of the
+# commands, run against that build (the simulated driver).
 #   address  AddressSanitizer with UndefinedBehaviorSanitizer and the leak
 #            checker: out-of-bounds and use-after-free accesses, undefined
 #            behaviour (signed overflow, misaligned or null access, bad
@@ -72,11 +73,13 @@ for kind in "$@"; do
             LDFLAGS="$flags" ${CONFIGURE_FLAGS:-} >configure.out 2>&1; } &&
         make -j"$jobs" >make.out 2>&1 && make -j"$jobs" check TESTS= >>make.out 2>&1) ||
         { echo "sanitize.sh: the $kind build failed; see $build/configure.out and make.out" >&2; failed=1; continue; }
-    # The Makefile's list, as tests/test_memcheck.sh gets it.
+    # The Makefile's list, as tests/test_memcheck.sh gets it, and the tests
+    # of the commands (cupool-report and cupool-replay are C; the launcher).
     programs=$(printf 'sanitize-programs:\n\t@echo $(TEST_PROGRAMS_CORE) $(TEST_PROGRAMS_MEMSET) $(TEST_PROGRAMS_LOG)\n' |
         make -s -C "$build" -f Makefile -f - sanitize-programs)
+    programs="$programs tests/log/test_report.sh tests/log/test_replay.sh tests/test_launcher.sh"
     rm -f "$build"/tests/*.log "$build"/tests/*/*.log
-    echo "== $kind: running $(echo "$programs" | wc -w) test programs"
+    echo "== $kind: running $(echo "$programs" | wc -w) tests"
     # shellcheck disable=SC2086
     env $runtime make -C "$build" -j"$jobs" check TESTS="$programs" >"$build/check.out" 2>&1
     rc=$?
