@@ -44,11 +44,14 @@ int cupool_parse_size(const char *text, uint64_t *out)
         *out = CUPOOL_SIZE_UNLIMITED;
         return 0;
     }
-    if (text[0] == '-' || text[0] == '+') return -1;
+    /* Decimal digits with at most one point: strtod alone would also take
+     * a sign, leading blanks, hex ("0x10") and exponents ("1e3"). */
+    size_t digits = strspn(text, "0123456789."), point = strcspn(text, ".");
+    if (digits == 0 || (point < digits && memchr(text + point + 1, '.', digits - point - 1))) return -1;
     errno = 0;
     char *end;
     double number = strtod(text, &end);
-    if (errno || end == text || !isfinite(number) || number < 0) return -1;
+    if (errno || end != text + digits || !isfinite(number)) return -1;
     uint64_t unit = 1;
     switch (*end) {
     case 'k': case 'K': unit = 1ull << 10; end++; break;

@@ -4,7 +4,7 @@
  * CUPOOL_VERBOSE=1; each bad value prints exactly one "cupool: warning:
  * ignoring CUPOOL_X=..." line and keeps the default; the size grammar takes
  * K/M/G/T, KiB/KB, decimals and "unlimited" and rejects negatives, overflow,
- * fractional bytes and junk.  Where an option has an effect a program can
+ * fractional bytes, hex, exponents, blanks and junk.  Where an option has an effect a program can
  * observe, the effect is checked too: policy off pools nothing, MIN/MAX_SIZE
  * bound what is pooled (exactly at the boundary), LIMIT sends the excess to
  * cuMemAlloc, split uses two pools, default uses the device's default pool,
@@ -72,7 +72,7 @@ static const option_case_t options[] = {
     {"CUPOOL_RELEASE_THRESHOLD", "unlimited",
      {"0", "512", "64K", "64k", "1M", "2G", "1T", "1.5G", "4KiB", "4KB", "4kib", "100B", "unlimited", "UNLIMITED"},
      {"99999999999T", "18446744073709551616", "-1", "-5K", "12Q", "K", "1.5.5", "1.3", "0.5", "nan", "inf", "5K ",
-      "1e400", "4KiBB", "unlimitedd", "5 K"}},
+      "1e400", "4KiBB", "unlimitedd", "5 K", " 5K", "0x10M", "1e3", "+5K", ".", "5..K"}},
     {"CUPOOL_MIN_SIZE", "1", {"1", "256", "4K"}, {"-1", "one", "1.25"}},
     {"CUPOOL_MAX_SIZE", "unlimited", {"4K", "unlimited", "1T"}, {"4X", "-4K", "99999999999T"}},
     {"CUPOOL_SPLIT_SIZE", "1M", {"64K", "2M"}, {"big", "-1M"}},
