@@ -4,11 +4,12 @@
  * CUPOOL_VERBOSE=1; each bad value prints exactly one "cupool: warning:
  * ignoring CUPOOL_X=..." line and keeps the default; the size grammar takes
  * K/M/G/T, KiB/KB, decimals and "unlimited" and rejects negatives, overflow,
- * fractional bytes, hex, exponents, blanks and junk.  Where an option has an effect a program can
- * observe, the effect is checked too: policy off pools nothing, MIN/MAX_SIZE
- * bound what is pooled (exactly at the boundary), LIMIT sends the excess to
- * cuMemAlloc, split uses two pools, default uses the device's default pool,
- * RELEASE_THRESHOLD lands on the pool, STATS prints per-entry-point counts.
+ * fractional bytes, hex, exponents, blanks and junk.  Where an option has an
+ * effect a program can observe, the effect is checked too: policy off pools
+ * nothing, MIN/MAX_SIZE bound what is pooled (exactly at the boundary),
+ * LIMIT sends the excess to cuMemAlloc, split uses two pools, default uses
+ * the device's default pool, RELEASE_THRESHOLD lands on the pool, STATS
+ * prints per-entry-point counts.
  * The table of options here is cross-checked against what VERBOSE prints, so
  * an option added to cupool without a row here fails the test.
  * Every setting runs in its own child process: options are read once.
