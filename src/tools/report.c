@@ -524,11 +524,12 @@ static void usage(FILE *f)
                "  -h        this help\n");
 }
 
-int main(int argc, char **argv)
+/* The command, its argument list in logs (room for argc): main frees it
+ * whichever way this returns. */
+static int report(int argc, char **argv, char **logs)
 {
     const char *out = "cupool-report.svg";
     int quiet = 0, nlogs = 0;
-    char **logs = trace_xrealloc(NULL, (size_t)argc * sizeof *logs);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
         else if (strncmp(argv[i], "-o", 2) == 0 && argv[i][2]) out = argv[i] + 2;
@@ -548,6 +549,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nlogs; i++) unreadable |= trace_read(&t, logs[i], PROG) != 0;
     if (!t.count) {
         fprintf(stderr, PROG ": no usable lines in the log%s\n", nlogs > 1 ? "s" : "");
+        trace_free(&t);
         return 1;
     }
     trace_sort(&t);
@@ -566,7 +568,14 @@ int main(int argc, char **argv)
     }
     int bad = write_picture(out, logs, nlogs, span_ns) != 0;
     if (!quiet && !bad && strcmp(out, "-") != 0) printf("picture: %s\n", out);
-    free(logs);
     trace_free(&t);
     return bad || unreadable ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    char **logs = trace_xrealloc(NULL, (size_t)argc * sizeof *logs);
+    int rc = report(argc, argv, logs);
+    free(logs);
+    return rc;
 }

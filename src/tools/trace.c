@@ -145,7 +145,8 @@ static int by_time(const void *a, const void *b)
 
 void trace_sort(trace_t *t)
 {
-    qsort(t->records, t->count, sizeof *t->records, by_time);
+    /* qsort wants an array even for no records. */
+    if (t->count > 1) qsort(t->records, t->count, sizeof *t->records, by_time);
 }
 
 void trace_free(trace_t *t)

@@ -72,5 +72,15 @@ grep -q '^dedicated/auto ' "$tmp/gaps" || fail "no row with --gap-scale"
 "$replay" --library "$tmp/none.so" --configs dedicated/auto "$sample" >/dev/null 2>&1 &&
     fail "a missing library was accepted"
 "$replay" "$tmp/missing.jsonl" >/dev/null 2>&1 && fail "a missing log was accepted"
+# A log with nothing to replay: status 1 and one clear line (under
+# scripts/sanitize.sh, undefined behaviour on this path would end the
+# program before the line: sorting no records once did).
+: >"$tmp/empty.jsonl"
+printf 'not json\n{}\n' >"$tmp/junk.jsonl"
+for log in empty junk; do
+    "$replay" --configs native "$tmp/$log.jsonl" >/dev/null 2>"$tmp/$log.err"
+    [ $? -eq 1 ] || { cat "$tmp/$log.err"; fail "a log with nothing to replay ($log) was not refused with status 1"; }
+    grep -q 'holds no successful allocation to replay' "$tmp/$log.err" || { cat "$tmp/$log.err"; fail "$log: no clear message"; }
+done
 echo "test_replay: ok"
 exit 0

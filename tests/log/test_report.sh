@@ -157,8 +157,21 @@ sed 1d "$tmp/summary" | grep -v '^picture:' >"$tmp/a"
 sed 1d "$tmp/broken.summary" | grep -v '^picture:' >"$tmp/b"
 cmp -s "$tmp/a" "$tmp/b" || { diff "$tmp/a" "$tmp/b"; fail "a malformed line changed the summary"; }
 
-# Unknown options and missing files fail.
-"$report" --bogus "$sample" >/dev/null 2>&1 && fail "an unknown option was accepted"
-"$report" -o "$tmp/x.svg" "$tmp/missing.jsonl" >/dev/null 2>&1 && fail "a missing log was accepted"
+# Help, unknown options, missing files and logs without a usable line: each
+# its own exit status, checked exactly (under scripts/sanitize.sh a leak on
+# one of these paths changes it: the argument list once leaked on each).
+"$report" -h >"$tmp/help" 2>&1 || fail "-h failed"
+grep -q '^Usage: cupool-report' "$tmp/help" || fail "-h printed no usage"
+"$report" --bogus "$sample" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown option was not refused with status 2"
+"$report" -o "$tmp/x.svg" "$tmp/missing.jsonl" >/dev/null 2>&1
+[ $? -eq 1 ] || fail "a missing log was not refused with status 1"
+: >"$tmp/empty.jsonl"
+printf 'not json\n{}\n' >"$tmp/junk.jsonl"
+for log in empty junk; do
+    "$report" -o "$tmp/x.svg" "$tmp/$log.jsonl" >/dev/null 2>"$tmp/$log.err"
+    [ $? -eq 1 ] || { cat "$tmp/$log.err"; fail "a log with no usable line ($log) was not refused with status 1"; }
+    grep -q 'no usable lines in the log' "$tmp/$log.err" || { cat "$tmp/$log.err"; fail "$log: no clear message"; }
+done
 echo "test_report: ok"
 exit 0
