@@ -309,7 +309,7 @@ static void *worker(void *arg)
     for (;;) {
         pthread_barrier_wait(&run.start);
         if (run.stop) break;
-        for (long i = 0; i < run.n && run.error == CUDA_SUCCESS; i++) {
+        for (long i = 0; i < run.n && __atomic_load_n(&run.error, __ATOMIC_RELAXED) == CUDA_SUCCESS; i++) {
             r = pair(run.mode, run.size);
             if (r != CUDA_SUCCESS) {
                 CUresult expected = CUDA_SUCCESS;
