@@ -527,7 +527,9 @@ CUPOOL_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CU
 {
     CUPOOL_SHIM_BEGIN(call, cuGraphExecMemsetNodeSetParams);
     rewritten_t rec;
-    if (find_record(hNode, &rec)) {
+    /* No executable graph: the driver's own error (set_rewritten would take
+     * NULL for the graph's node and change that). */
+    if (hGraphExec && find_record(hNode, &rec)) {
         /* A kernel cannot move to another context, nor can a memset node. */
         if (ctx && ctx != rec.ctx) {
             call.route = CUPOOL_ROUTE_REWRITTEN;
@@ -555,7 +557,7 @@ CUPOOL_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphN
 {
     CUPOOL_SHIM_BEGIN(call, cuGraphExecNodeSetParams);
     rewritten_t rec;
-    if (find_record(hNode, &rec))
+    if (hGraphExec && find_record(hNode, &rec)) /* as cuGraphExecMemsetNodeSetParams */
         return cupool_call_end(&call, set_rewritten_generic(&rec, nodeParams, hGraphExec, &call));
     CUresult r;
     r = real_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);

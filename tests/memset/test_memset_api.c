@@ -221,6 +221,10 @@ int main(int argc, char **argv)
     np3c.memset = (CUDA_MEMSET_NODE_PARAMS_v2){p3c.dst, p3c.pitch, p3c.value, p3c.elementSize, p3c.width, p3c.height,
                                                ctx};
     CHECK_CU(cuGraphExecNodeSetParams(exec, m3, &np3c));
+    /* No exec graph: the driver's error, and the graph's nodes unchanged
+     * (cupool once took NULL for the graph's node and changed it). */
+    CHECK_TRUE(cuGraphExecMemsetNodeSetParams(NULL, m1, &p1c, ctx) != CUDA_SUCCESS);
+    CHECK_TRUE(cuGraphExecNodeSetParams(NULL, m3, &np3c) != CUDA_SUCCESS);
     check_params_eq(m1, &p1b);
     check_params_eq(m3, &p3);
     reset();
