@@ -6,7 +6,10 @@
  * record, and the first free made by another thread), a pointer into the
  * middle of a block, a free after the block's
  * context was destroyed, bad cuMemAllocPitch arguments, cuMemGetInfo with NULL,
- * calls before cuInit and without a context -- runs natively in a child
+ * calls before cuInit and without a context, and NULL out-pointers and
+ * parameters, bad devices and a missing exec graph for the other entry
+ * points cupool handles (streams, contexts, graph memset nodes,
+ * cuGetProcAddress) -- runs natively in a child
  * without cupool and then with cupool in every free mode and with every
  * option set to a bad value; the CUresult of every row must be the same.
  */
@@ -242,6 +245,104 @@ static CUresult alloc_in_destroyed_ctx(void)
     return r;
 }
 
+/* ---- the other entry points cupool handles: NULL out-pointers and
+ * parameters, a bad device, no exec graph ----------------------------------- */
+static CUresult stream_create_null(void) { return cuStreamCreate(NULL, CU_STREAM_NON_BLOCKING); }
+static CUresult stream_create_priority_null(void) { return cuStreamCreateWithPriority(NULL, 0, 0); }
+static CUresult end_capture_null(void)
+{
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUresult r = cuStreamEndCapture(s, NULL);
+    CHECK_CU(cuStreamDestroy(s));
+    return r;
+}
+static CUresult ctx_create_null(void)
+{
+    CUdevice dev;
+    CHECK_CU(cuDeviceGet(&dev, 0));
+    CUresult r = cuCtxCreate(NULL, NULL, 0, dev);
+    CHECK_CU(cuCtxSetCurrent(primary));
+    return r;
+}
+static CUresult primary_retain_null(void)
+{
+    CUdevice dev;
+    CHECK_CU(cuDeviceGet(&dev, 0));
+    return cuDevicePrimaryCtxRetain(NULL, dev);
+}
+static CUresult primary_retain_bad_device(void)
+{
+    CUcontext c;
+    return cuDevicePrimaryCtxRetain(&c, 9999);
+}
+static CUresult primary_release_bad_device(void) { return cuDevicePrimaryCtxRelease(9999); }
+static CUresult primary_reset_bad_device(void) { return cuDevicePrimaryCtxReset(9999); }
+
+/* A graph with one memset node on a pooled block, for the graph rows. */
+typedef struct {
+    CUgraph graph;
+    CUgraphNode node;
+    CUdeviceptr block;
+    CUDA_MEMSET_NODE_PARAMS params;
+} memset_graph_t;
+static memset_graph_t memset_graph(void)
+{
+    memset_graph_t m;
+    CHECK_CU(cuMemAlloc(&m.block, 4096));
+    m.params = (CUDA_MEMSET_NODE_PARAMS){m.block, 0, 7, 1, 64, 1};
+    CHECK_CU(cuGraphCreate(&m.graph, 0));
+    CHECK_CU(cuGraphAddMemsetNode(&m.node, m.graph, NULL, 0, &m.params, primary));
+    return m;
+}
+static void memset_graph_done(memset_graph_t *m)
+{
+    CHECK_CU(cuGraphDestroy(m->graph));
+    CHECK_CU(cuMemFree(m->block));
+}
+static CUresult memset_add_null_params(void)
+{
+    memset_graph_t m = memset_graph();
+    CUgraphNode n;
+    CUresult r = cuGraphAddMemsetNode(&n, m.graph, NULL, 0, NULL, primary);
+    memset_graph_done(&m);
+    return r;
+}
+static CUresult memset_get_params_null(void)
+{
+    memset_graph_t m = memset_graph();
+    CUresult r = cuGraphMemsetNodeGetParams(m.node, NULL);
+    memset_graph_done(&m);
+    return r;
+}
+static CUresult memset_node_type_null(void)
+{
+    memset_graph_t m = memset_graph();
+    CUresult r = cuGraphNodeGetType(m.node, NULL);
+    memset_graph_done(&m);
+    return r;
+}
+static CUresult memset_clone_null(void)
+{
+    memset_graph_t m = memset_graph();
+    CUresult r = cuGraphClone(NULL, m.graph);
+    memset_graph_done(&m);
+    return r;
+}
+static CUresult memset_exec_set_no_exec(void)
+{
+    memset_graph_t m = memset_graph();
+    CUresult r = cuGraphExecMemsetNodeSetParams(NULL, m.node, &m.params, primary);
+    memset_graph_done(&m);
+    return r;
+}
+static CUresult proc_address_null_name(void)
+{
+    void *fn;
+    return cuGetProcAddress(NULL, &fn, 12000, 0, NULL);
+}
+static CUresult proc_address_null_out(void) { return cuGetProcAddress("cuMemAlloc", NULL, 12000, 0, NULL); }
+
 static const struct row {
     const char *name;
     CUresult (*call)(void);
@@ -280,6 +381,21 @@ static const struct row {
     {"cuIpcGetMemHandle(NULL, p)", ipc_null_handle, 1},
     {"cuMemFree after cuCtxDestroy", free_after_ctx_destroy, 1},
     {"cuMemAlloc after destroying the current context", alloc_in_destroyed_ctx, 1},
+    {"cuStreamCreate(NULL, ...)", stream_create_null, 1},
+    {"cuStreamCreateWithPriority(NULL, ...)", stream_create_priority_null, 1},
+    {"cuStreamEndCapture(not capturing, NULL)", end_capture_null, 1},
+    {"cuCtxCreate(NULL, ...)", ctx_create_null, 1},
+    {"cuDevicePrimaryCtxRetain(NULL, dev)", primary_retain_null, 1},
+    {"cuDevicePrimaryCtxRetain(&c, 9999)", primary_retain_bad_device, 1},
+    {"cuDevicePrimaryCtxRelease(9999)", primary_release_bad_device, 1},
+    {"cuDevicePrimaryCtxReset(9999)", primary_reset_bad_device, 1},
+    {"cuGraphAddMemsetNode(..., NULL params)", memset_add_null_params, 1},
+    {"cuGraphMemsetNodeGetParams(node, NULL)", memset_get_params_null, 1},
+    {"cuGraphNodeGetType(memset node, NULL)", memset_node_type_null, 1},
+    {"cuGraphClone(NULL, graph with a memset)", memset_clone_null, 1},
+    {"cuGraphExecMemsetNodeSetParams(NULL exec, ...)", memset_exec_set_no_exec, 1},
+    {"cuGetProcAddress(NULL, ...)", proc_address_null_name, 1},
+    {"cuGetProcAddress(name, NULL, ...)", proc_address_null_out, 1},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
 
@@ -347,6 +463,7 @@ int main(int argc, char **argv)
         {"CUPOOL_FREE=sync", NULL},
         {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL},
         {"CUPOOL_POLICY=split", NULL},
+        {"CUPOOL_MEMSET=kernel", NULL}, /* every memset node rewritten: the graph rows reach cupool's own answers */
         {"CUPOOL_POLICY=off", NULL},
         {"CUPOOL_POLICY=bad", "CUPOOL_FREE=bad", "CUPOOL_MIN_SIZE=-1", "CUPOOL_LIMIT=1.5", "CUPOOL_MEMSET=?",
          "CUPOOL_STATS=2", "CUPOOL_VERBOSE=x", NULL},
