@@ -25,10 +25,6 @@
  * so that the few instruction lines an allocation and a free run stay
  * apart from the rest, which the driver's own code evicts between calls. */
 #define CUPOOL_HOT_PATH __attribute__((hot))
-/* For a sanitizer build (-fsanitize=address or thread, tests only): the
- * dlsym override runs when the sanitizer's runtime, starting, looks up the
- * functions it intercepts, before its shadow memory exists; instrumented
- * code there would crash.  No effect on a normal build. */
 /* Fields kept under a lock but also read without it, as a hint the reader
  * confirms under the lock (an empty store, no deferred block waiting):
  * written and read whole as relaxed atomics.  On x86-64 and aarch64 these are
@@ -37,6 +33,11 @@
  * reader can see mid-way (a list's interior) stays plain. */
 #define CUPOOL_HINT_READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 #define CUPOOL_HINT_WRITE(field, value) __atomic_store_n(&(field), (value), __ATOMIC_RELAXED)
+/* For a sanitizer build (-fsanitize=address or thread, tests only: see
+ * scripts/sanitize.sh): the dlsym override runs when the sanitizer's
+ * runtime, starting, looks up the functions it intercepts, before its shadow
+ * memory exists; instrumented code there would crash.  No effect on a
+ * normal build. */
 #define CUPOOL_NOT_SANITIZED __attribute__((no_sanitize_address, no_sanitize_thread))
 /* cupool's thread-locals: initial-exec, a plain %fs-relative access instead
  * of a __tls_get_addr call on every intercepted call.  Fine for a library

@@ -286,7 +286,8 @@ CUPOOL_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda
  * shim, but only when the lookup found the real driver's function.  Unhandled
  * names return straight from the real dlsym as a tail call, so that glibc
  * still sees the program as the caller (RTLD_NEXT depends on it). */
-__attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_NOT_SANITIZED static void *lookup(void *handle, const char *name)
+__attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_NOT_SANITIZED static void *lookup(void *handle,
+                                                                                               const char *name)
 {
     dlsym_fn_t *real = real_dlsym();
     int i = handled_index(name);
@@ -310,7 +311,8 @@ __attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_NOT_SANITIZED s
 #define CUPOOL_SYMVER(name)
 #define CUPOOL_SYMVER_ASM 1
 #endif
-#define CUPOOL_DLSYM_ATTRIBUTES __attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_NOT_SANITIZED CUPOOL_EXPORT
+#define CUPOOL_DLSYM_ATTRIBUTES                                                                                  \
+    __attribute__((optimize("O2", "optimize-sibling-calls"))) CUPOOL_NOT_SANITIZED CUPOOL_EXPORT
 
 CUPOOL_DLSYM_ATTRIBUTES CUPOOL_SYMVER("dlsym@GLIBC_2.2.5") void *cupool_dlsym_2_2_5(void *handle, const char *name)
 {
