@@ -45,6 +45,43 @@ void cupool_relaxed_end(CUstreamCaptureMode previous)
     if (previous != CUPOOL_NO_EXCHANGE) real_cuThreadExchangeStreamCaptureMode(&previous);
 }
 
+/* The streams the captures in progress began on (capture_gate): a program
+ * may destroy such a stream without ending its capture, which then no longer
+ * counts; otherwise every later free would be held for it, for good. */
+static CUstream *capture_origins;
+static int ncapture_origins, capture_origins_cap;
+
+static void add_origin_locked(CUstream stream)
+{
+    if (ncapture_origins == capture_origins_cap) {
+        int cap = capture_origins_cap ? 2 * capture_origins_cap : 8;
+        CUstream *grown = realloc(capture_origins, (size_t)cap * sizeof *grown);
+        if (!grown) return; /* that stream's destroy then leaves the count as it is */
+        capture_origins = grown;
+        capture_origins_cap = cap;
+    }
+    capture_origins[ncapture_origins++] = stream;
+}
+
+/* Whether stream began a capture still counted; taken off the list. */
+static int take_origin(CUstream stream)
+{
+    int found = 0;
+    cupool_capture_gate_enter();
+    for (int i = 0; i < ncapture_origins && !found; i++) {
+        if (capture_origins[i] != stream) continue;
+        capture_origins[i] = capture_origins[--ncapture_origins];
+        found = 1;
+    }
+    cupool_capture_gate_leave();
+    return found;
+}
+
+static void capture_uncounted(void)
+{
+    if (atomic_fetch_sub(&cupool_hot.captures, 1) == 1) cupool_captures_ended();
+}
+
 /* ---- shims: streams ------------------------------------------------------ */
 
 CUPOOL_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
@@ -70,7 +107,11 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     CUPOOL_SHIM_BEGIN(call, cuStreamDestroy_v2);
     call.stream = hStream;
     if (hStream && cupool_active()) cupool_forget_stream(hStream);
-    return cupool_call_end(&call, real_cuStreamDestroy_v2(hStream));
+    CUresult r = real_cuStreamDestroy_v2(hStream);
+    /* Destroyed while capturing: that capture is over (capture_origins). */
+    if (r == CUDA_SUCCESS && hStream && atomic_load(&cupool_hot.captures) > 0 && take_origin(hStream))
+        capture_uncounted();
+    return cupool_call_end(&call, r);
 }
 
 /* ---- shims: capture ------------------------------------------------------ */
@@ -99,17 +140,19 @@ static void before_begin(void)
     }
 }
 
-/* A capture that did not begin no longer counts. */
-static CUresult after_begin(CUresult r)
+/* A capture that did not begin no longer counts; one that did is listed
+ * by the stream it began on. */
+static CUresult after_begin(CUstream stream, CUresult r)
 {
     int none_left = r != CUDA_SUCCESS && atomic_fetch_sub(&cupool_hot.captures, 1) == 1;
+    if (r == CUDA_SUCCESS) add_origin_locked(stream);
     cupool_capture_gate_leave();
     if (none_left) cupool_captures_ended();
     return r;
 }
 
-/* Begins a capture and counts it, inside the capture gate. */
-#define GATED_BEGIN(begin_call) (before_begin(), after_begin(begin_call))
+/* Begins a capture on stream and counts it, inside the capture gate. */
+#define GATED_BEGIN(stream, begin_call) (before_begin(), after_begin(stream, begin_call))
 
 typedef CUresult is_capturing_fn(CUstream, CUstreamCaptureStatus *);
 
@@ -123,28 +166,28 @@ CUPOOL_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture);
     call.stream = hStream;
-    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture(hStream)));
+    return cupool_call_end(&call, GATED_BEGIN(hStream, real_cuStreamBeginCapture(hStream)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_ptsz);
     call.stream = hStream;
-    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture_ptsz(hStream)));
+    return cupool_call_end(&call, GATED_BEGIN(hStream, real_cuStreamBeginCapture_ptsz(hStream)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2);
     call.stream = hStream;
-    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture_v2(hStream, mode)));
+    return cupool_call_end(&call, GATED_BEGIN(hStream, real_cuStreamBeginCapture_v2(hStream, mode)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCapture_v2_ptsz);
     call.stream = hStream;
-    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCapture_v2_ptsz(hStream, mode)));
+    return cupool_call_end(&call, GATED_BEGIN(hStream, real_cuStreamBeginCapture_v2_ptsz(hStream, mode)));
 }
 
 CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -153,7 +196,7 @@ CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGr
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph);
     call.stream = hStream;
-    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies,
+    return cupool_call_end(&call, GATED_BEGIN(hStream, real_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies,
                                                                                dependencyData, numDependencies, mode)));
 }
 
@@ -164,7 +207,7 @@ CUPOOL_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgrap
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamBeginCaptureToGraph_ptsz);
     call.stream = hStream;
-    return cupool_call_end(&call, GATED_BEGIN(real_cuStreamBeginCaptureToGraph_ptsz(
+    return cupool_call_end(&call, GATED_BEGIN(hStream, real_cuStreamBeginCaptureToGraph_ptsz(
                                       hStream, hGraph, dependencies, dependencyData, numDependencies, mode)));
 }
 
@@ -177,8 +220,10 @@ static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), is_capturing_f
 {
     int was = capturing(is_capturing, stream);
     CUresult r = end(stream, graph);
-    if (was && !capturing(is_capturing, stream) && atomic_fetch_sub(&cupool_hot.captures, 1) == 1)
-        cupool_captures_ended();
+    if (was && !capturing(is_capturing, stream)) {
+        take_origin(stream);
+        capture_uncounted();
+    }
     return r;
 }
 
