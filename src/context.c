@@ -583,7 +583,25 @@ CUPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     CUPOOL_SHIM_BEGIN(call, cuCtxDestroy_v2);
     if (ctx && cupool_active() && destroyable(ctx)) forget_context(ctx);
-    return cupool_call_end(&call, real_cuCtxDestroy_v2(ctx));
+    CUresult r = real_cuCtxDestroy_v2(ctx);
+    if (r == CUDA_SUCCESS && cupool_active()) cupool_captures_context_gone(ctx);
+    return cupool_call_end(&call, r);
+}
+
+/* The device's primary context while it is active, else NULL; looked up
+ * only while a capture is in progress (a capture begun in it ends with it).
+ * The retain cannot create it, being active, and the release gives back. */
+static CUcontext primary_if_capturing(CUdevice dev)
+{
+    unsigned flags;
+    int active = 0;
+    CUcontext ctx = NULL;
+    if (atomic_load(&cupool_hot.captures) == 0 ||
+        real_cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active ||
+        real_cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return NULL;
+    real_cuDevicePrimaryCtxRelease_v2(dev);
+    return ctx;
 }
 
 CUPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
@@ -592,7 +610,10 @@ CUPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     call.device = dev;
     cupool_context_t *c = cupool_active() ? find_primary(dev) : NULL;
     if (c) forget_context(c->ctx);
-    return cupool_call_end(&call, real_cuDevicePrimaryCtxReset_v2(dev));
+    CUcontext primary = cupool_active() ? primary_if_capturing(dev) : NULL;
+    CUresult r = real_cuDevicePrimaryCtxReset_v2(dev);
+    if (r == CUDA_SUCCESS) cupool_captures_context_gone(primary);
+    return cupool_call_end(&call, r);
 }
 
 /* A release that drops the last reference destroys the primary context, and
@@ -631,11 +652,13 @@ CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         if (primary) cupool_deferred_return_ready(primary);
         pthread_mutex_unlock(&registry_lock);
     }
+    CUcontext primary = cupool_active() ? primary_if_capturing(dev) : NULL;
     CUresult r = real_cuDevicePrimaryCtxRelease_v2(dev);
     unsigned flags;
     int active = 1;
     if (r == CUDA_SUCCESS && cupool_active() && real_cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS &&
         !active) {
+        cupool_captures_context_gone(primary);
         cupool_context_t *c = unlink_primary(dev);
         if (c) forget_dead_primary(c, dev);
     }

@@ -293,6 +293,9 @@ void cupool_track_stream(CUstream stream, unsigned flags);
 void cupool_forget_stream(CUstream stream);
 /* Called when the count of captures in progress drops to zero. */
 void cupool_captures_ended(void);
+/* A context the driver destroyed: the captures begun in it are over
+ * (stream.c). */
+void cupool_captures_context_gone(CUcontext ctx);
 
 /* Makes ctx current for the caller if it is not; returns 1 when it pushed. */
 int cupool_enter_context(CUcontext ctx);

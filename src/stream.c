@@ -45,41 +45,60 @@ void cupool_relaxed_end(CUstreamCaptureMode previous)
     if (previous != CUPOOL_NO_EXCHANGE) real_cuThreadExchangeStreamCaptureMode(&previous);
 }
 
-/* The streams the captures in progress began on (capture_gate): a program
- * may destroy such a stream without ending its capture, which then no longer
- * counts; otherwise every later free would be held for it, for good. */
-static CUstream *capture_origins;
+/* The streams the captures in progress began on, with their contexts
+ * (capture_gate): a program may destroy such a stream, or its context,
+ * without ending the capture, which then no longer counts; otherwise every
+ * later free would be held for it, for good. */
+typedef struct capture_origin {
+    CUstream stream;
+    CUcontext ctx;
+} capture_origin_t;
+static capture_origin_t *capture_origins;
 static int ncapture_origins, capture_origins_cap;
 
 static void add_origin_locked(CUstream stream)
 {
     if (ncapture_origins == capture_origins_cap) {
         int cap = capture_origins_cap ? 2 * capture_origins_cap : 8;
-        CUstream *grown = realloc(capture_origins, (size_t)cap * sizeof *grown);
+        capture_origin_t *grown = realloc(capture_origins, (size_t)cap * sizeof *grown);
         if (!grown) return; /* that stream's destroy then leaves the count as it is */
         capture_origins = grown;
         capture_origins_cap = cap;
     }
-    capture_origins[ncapture_origins++] = stream;
-}
-
-/* Whether stream began a capture still counted; taken off the list. */
-static int take_origin(CUstream stream)
-{
-    int found = 0;
-    cupool_capture_gate_enter();
-    for (int i = 0; i < ncapture_origins && !found; i++) {
-        if (capture_origins[i] != stream) continue;
-        capture_origins[i] = capture_origins[--ncapture_origins];
-        found = 1;
-    }
-    cupool_capture_gate_leave();
-    return found;
+    CUcontext ctx = NULL;
+    if (real_cuStreamGetCtx) real_cuStreamGetCtx(stream, &ctx);
+    capture_origins[ncapture_origins++] = (capture_origin_t){stream, ctx};
 }
 
 static void capture_uncounted(void)
 {
     if (atomic_fetch_sub(&cupool_hot.captures, 1) == 1) cupool_captures_ended();
+}
+
+/* Takes off the list the captures begun on stream (any context), or in ctx
+ * (any stream), and uncounts them; returns how many there were. */
+static int take_origins(CUstream stream, CUcontext ctx)
+{
+    int taken = 0;
+    cupool_capture_gate_enter();
+    for (int i = 0; i < ncapture_origins;) {
+        capture_origin_t *o = &capture_origins[i];
+        if (ctx ? o->ctx != ctx : o->stream != stream) {
+            i++;
+            continue;
+        }
+        *o = capture_origins[--ncapture_origins];
+        taken++;
+        if (!ctx) break; /* one capture a stream */
+    }
+    cupool_capture_gate_leave();
+    for (int i = 0; i < taken; i++) capture_uncounted();
+    return taken;
+}
+
+void cupool_captures_context_gone(CUcontext ctx)
+{
+    if (ctx && atomic_load(&cupool_hot.captures) > 0) take_origins(NULL, ctx);
 }
 
 /* ---- shims: streams ------------------------------------------------------ */
@@ -109,8 +128,7 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     if (hStream && cupool_active()) cupool_forget_stream(hStream);
     CUresult r = real_cuStreamDestroy_v2(hStream);
     /* Destroyed while capturing: that capture is over (capture_origins). */
-    if (r == CUDA_SUCCESS && hStream && atomic_load(&cupool_hot.captures) > 0 && take_origin(hStream))
-        capture_uncounted();
+    if (r == CUDA_SUCCESS && hStream && atomic_load(&cupool_hot.captures) > 0) take_origins(hStream, NULL);
     return cupool_call_end(&call, r);
 }
 
@@ -220,10 +238,8 @@ static CUresult end_capture(CUresult (*end)(CUstream, CUgraph *), is_capturing_f
 {
     int was = capturing(is_capturing, stream);
     CUresult r = end(stream, graph);
-    if (was && !capturing(is_capturing, stream)) {
-        take_origin(stream);
-        capture_uncounted();
-    }
+    /* Uncounted once, whether or not the list held it. */
+    if (was && !capturing(is_capturing, stream) && !take_origins(stream, NULL)) capture_uncounted();
     return r;
 }
 

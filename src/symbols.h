@@ -81,6 +81,7 @@
     X(cuStreamQuery)               \
     X(cuStreamWaitEvent)           \
     X(cuStreamGetFlags)            \
+    X(cuStreamGetCtx)              \
     X(cuStreamIsCapturing)         \
     X(cuStreamIsCapturing_ptsz)    \
     X(cuThreadExchangeStreamCaptureMode) \

@@ -9,8 +9,9 @@
  * - a cuStreamEndCapture that fails (NULL graph pointer) leaves the capture
  *   going: a free during it must not touch the legacy stream and invalidate
  *   it, and the real end must still succeed;
- * - a stream destroyed while it captures (where the driver lets it be):
- *   its capture is over, or every later free would be held for it.
+ * - a stream, a context or the primary context (reset, or released for the
+ *   last time) destroyed while a stream captures, where the driver lets it
+ *   be: the capture is over, or every later free would be held for it.
  * Each case runs as its own child process (cupool's state is per process).
  */
 #define _GNU_SOURCE
@@ -61,29 +62,37 @@ static int failed_end(void)
     return 0;
 }
 
-static int destroyed_while_capturing(void)
+/* A capture whose stream or context the driver destroyed (where it lets
+ * that be) is over: a block freed afterwards is free memory again, not held
+ * for the capture.  how: stream, context (one the program created), reset
+ * or release (the primary context's last reference). */
+static int capture_killed(const char *how)
 {
-    tl_init(0);
+    CUcontext ctx = tl_init(0), own = NULL;
+    CUdevice dev;
+    CHECK_CU(cuDeviceGet(&dev, 0));
+    if (strcmp(how, "context") == 0) CHECK_CU(cuCtxCreate(&own, NULL, 0, dev));
     CUstream s;
     CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    size_t free0, free1, total;
-    CHECK_CU(cuMemGetInfo(&free0, &total));
-    CUdeviceptr a;
-    CHECK_CU(cuMemAlloc(&a, 64 * MIB));
     CHECK_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
-    CUresult r = cuStreamDestroy(s);
-    printf("cuStreamDestroy(capturing): %s\n", check_result_name(r));
+    CUresult r = strcmp(how, "stream") == 0    ? cuStreamDestroy(s)
+                 : strcmp(how, "context") == 0 ? cuCtxDestroy(own)
+                 : strcmp(how, "reset") == 0   ? cuDevicePrimaryCtxReset(dev)
+                                               : cuDevicePrimaryCtxRelease(dev);
+    printf("%s while capturing: %s\n", how, check_result_name(r));
     if (r != CUDA_SUCCESS) { /* this driver keeps the capture going: nothing to see */
         CUgraph g;
         CHECK_CU(cuStreamEndCapture(s, &g));
         CHECK_CU(cuGraphDestroy(g));
-        CHECK_CU(cuStreamDestroy(s));
-        CHECK_CU(cuMemFree(a));
         return CHECK_SKIP;
     }
-    /* The capture died with its stream: a free is no longer held for it,
-     * and the memory is free again (cuMemGetInfo counts what the pools keep
-     * unused as free). */
+    if (strcmp(how, "stream") != 0) CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK_CU(cuCtxSetCurrent(ctx));
+    /* cuMemGetInfo counts what the pools keep unused as free. */
+    size_t free0, free1, total;
+    CHECK_CU(cuMemGetInfo(&free0, &total));
+    CUdeviceptr a;
+    CHECK_CU(cuMemAlloc(&a, 64 * MIB));
     CHECK_CU(cuMemFree(a));
     CHECK_CU(cuCtxSynchronize());
     CHECK_CU(cuMemGetInfo(&free1, &total));
@@ -97,19 +106,23 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--primary") == 0) return primary_destroy();
     if (argc > 1 && strcmp(argv[1], "--ptds") == 0) return per_thread_capture();
     if (argc > 1 && strcmp(argv[1], "--end") == 0) return failed_end();
-    if (argc > 1 && strcmp(argv[1], "--destroyed") == 0) return destroyed_while_capturing();
+    if (argc > 2 && strcmp(argv[1], "--killed") == 0) return capture_killed(argv[2]);
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    static const char *const cases[] = {"--primary", "--ptds", "--end", "--destroyed"};
+    static const char *const cases[][2] = {{"--primary", NULL}, {"--ptds", NULL}, {"--end", NULL},
+                                           {"--killed", "stream"}, {"--killed", "context"},
+                                           {"--killed", "reset"},  {"--killed", "release"}};
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *args[] = {cases[i], NULL};
+        const char *args[] = {cases[i][0], cases[i][1], NULL};
         tl_child_t native, pooled;
         tl_run_self(args, NULL, 1, 60, &native);
         tl_run_self(args, NULL, 0, 60, &pooled);
         /* What works natively must work with cupool. */
         int ok = native.status != 0 || pooled.status == 0 || pooled.status == CHECK_SKIP;
-        printf("%-10s native %d, cupool %d: %s\n", cases[i], native.status, pooled.status, ok ? "passed" : "FAILED");
-        if (!ok) tl_child_dump(cases[i], &pooled), failed++;
+        char name[64];
+        snprintf(name, sizeof name, "%s%s%s", cases[i][0], cases[i][1] ? " " : "", cases[i][1] ? cases[i][1] : "");
+        printf("%-18s native %d, cupool %d: %s\n", name, native.status, pooled.status, ok ? "passed" : "FAILED");
+        if (!ok) tl_child_dump(name, &pooled), failed++;
         tl_child_free(&native);
         tl_child_free(&pooled);
     }
