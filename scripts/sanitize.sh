@@ -73,11 +73,10 @@ for kind in "$@"; do
             LDFLAGS="$flags" ${CONFIGURE_FLAGS:-} >configure.out 2>&1; } &&
         make -j"$jobs" >make.out 2>&1 && make -j"$jobs" check TESTS= >>make.out 2>&1) ||
         { echo "sanitize.sh: the $kind build failed; see $build/configure.out and make.out" >&2; failed=1; continue; }
-    # The Makefile's list, as tests/test_memcheck.sh gets it, and the tests
-    # of the commands (cupool-report and cupool-replay are C; the launcher)
-    # and of the allocation benchmark (threads on one context).
-    programs=$(printf 'sanitize-programs:\n\t@echo $(TEST_PROGRAMS_CORE) $(TEST_PROGRAMS_MEMSET) $(TEST_PROGRAMS_LOG)\n' |
-        make -s -C "$build" -f Makefile -f - sanitize-programs)
+    # The Makefile's list of C test programs (tests/test_memcheck.sh's too),
+    # and the tests of the commands (cupool-report and cupool-replay are C;
+    # the launcher) and of the allocation benchmark (threads on one context).
+    programs=$(make -s -C "$build" print-test-programs)
     programs="$programs tests/log/test_report.sh tests/log/test_replay.sh tests/test_launcher.sh tests/test_alloc_bench.sh"
     rm -f "$build"/tests/*.log "$build"/tests/*/*.log
     echo "== $kind: running $(echo "$programs" | wc -w) tests"

@@ -26,7 +26,7 @@ cupool_stats_t tl_stats(int device);
 /* This test program's path, for re-executing it.  Read through readlink
  * rather than exec'ing /proc/self/exe: under valgrind /proc/self/exe is
  * valgrind itself, while readlink answers with the program valgrind runs, so
- * the child runs under valgrind too (scripts/memcheck.sh). */
+ * the child runs under valgrind too (tests/test_memcheck.sh). */
 const char *tl_self_path(void);
 
 /* When `name` is unset in the environment: sets it to `value` and re-executes
