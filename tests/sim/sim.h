@@ -66,6 +66,13 @@ bool sim_handle_is(const void *handle, sim_kind kind);
 
 /* ---- objects behind the opaque handles ------------------------------------ */
 
+/* A vector clock of the race checker (sim_race.c): entry i is the last
+ * operation of stream slot i known to be done first. */
+typedef struct {
+    unsigned long long *v;
+    size_t len;
+} sim_clock;
+
 struct CUctx_st {
     int device;
     bool primary;
@@ -98,6 +105,8 @@ struct CUstream_st {
     CUgraph capture_graph;
     bool capture_owns_graph;  /* false for cuStreamBeginCaptureToGraph */
     sim_vec capture_deps;     /* the next captured node depends on these */
+    size_t race_slot;         /* 1 + its slot in the race checker's clocks, 0 before its first operation */
+    sim_clock clock;          /* what its next operation runs after */
 };
 
 struct CUevent_st {
@@ -107,6 +116,7 @@ struct CUevent_st {
     unsigned pending_queries; /* cuEventQuery answers NOT_READY this many times */
     double time_ms;
     CUstream stream;
+    sim_clock clock; /* the work its last record covers */
 };
 
 typedef struct sim_chunk sim_chunk;
@@ -188,6 +198,11 @@ typedef struct {
     void *host_block; /* what to free() for plain allocations */
     unsigned long long id;
     int caller;       /* thread id of the pool call that made it (simcuda_alloc_caller) */
+    /* race checker: the operation that made a pool block, and accesses not yet seen complete */
+    size_t born_slot; /* 1 + slot, 0 for cuMemAlloc memory (usable at once everywhere) */
+    unsigned long long born_tick;
+    char born_stream[48];
+    struct sim_race_history *history;
 } sim_alloc;
 
 /* ---- global state --------------------------------------------------------- */
@@ -202,6 +217,8 @@ typedef struct {
     CUmemoryPool default_pool, current_pool;
 } sim_device;
 
+typedef enum { SIM_RACES_FATAL, SIM_RACES_COUNT, SIM_RACES_OFF } sim_races_mode;
+
 typedef struct {
     bool initialized;
     int device_count;
@@ -211,6 +228,7 @@ typedef struct {
     bool no_pools;
     bool no_ctx_record_event; /* cuCtxRecordEvent fails (CUDA_ERROR_NOT_SUPPORTED) */
     unsigned pool_call_us;    /* pool allocations and frees hold the lock this long */
+    sim_races_mode races;     /* SIMCUDA_RACES */
     void (*pool_call_hook)(void); /* called after each, unlocked (simcuda_set_pool_call_hook) */
     unsigned long long next_id;
     sim_vec pools;
@@ -287,10 +305,30 @@ CUresult sim_kernel_run(const sim_kernel_params *p);
 void sim_module_destroy_obj(CUmodule m);
 CUfunction sim_function_from_kernel(CUkernel k);
 
+/* ---- stream-ordering race checker (sim_race.c) ------------------------------ */
+/* An operation of stream s (what: "memset", "kernel", ...) runs between
+ * begin and end; sim_race_access records what it touches. */
+void sim_race_op_begin(CUstream s, const char *what);
+void sim_race_op_end(void);
+void sim_race_access(uintptr_t addr, size_t bytes, bool write);
+void sim_race_pool_alloc(sim_alloc *a, CUstream s);
+void sim_race_pool_free(sim_alloc *a, CUstream s);
+void sim_race_event_record(CUevent e, CUstream s);
+void sim_race_ctx_record(CUevent e, CUcontext ctx);
+void sim_race_stream_waits(CUstream s, CUevent e);
+void sim_race_host_waits_stream(CUstream s);
+void sim_race_host_waits_event(CUevent e);
+void sim_race_host_waits_ctx(CUcontext ctx);
+void sim_race_host_waits_all(void);
+void sim_race_stream_forget(CUstream s);
+void sim_race_alloc_forget(sim_alloc *a);
+void sim_clock_free(sim_clock *c);
+
 /* ---- graphs (sim_graph.c, sim_graph_exec.c) ------------------------------- */
 CUresult sim_node_params_copy(sim_node_params *dst, const sim_node_params *src);
 void sim_node_params_free(sim_node_params *p);
 CUresult sim_node_params_run(const sim_node_params *p);
+const char *sim_node_params_name(const sim_node_params *p); /* for messages: "memset", a kernel's name, ... */
 CUresult sim_graph_new(CUgraph *out);
 void sim_graph_destroy_obj(CUgraph g);
 /* Adds a node taking ownership of *params (on failure they are freed). */

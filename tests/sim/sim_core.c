@@ -194,6 +194,15 @@ static void read_environment(void)
     sim.no_pools = env_size("SIMCUDA_NO_POOLS", 0) != 0;
     sim.no_ctx_record_event = env_size("SIMCUDA_NO_CTX_RECORD_EVENT", 0) != 0;
     sim.pool_call_us = (unsigned)env_size("SIMCUDA_POOL_CALL_US", 0);
+    const char *races = getenv("SIMCUDA_RACES");
+    if (!races || !*races || strcmp(races, "fatal") == 0)
+        sim.races = SIM_RACES_FATAL;
+    else if (strcmp(races, "count") == 0)
+        sim.races = SIM_RACES_COUNT;
+    else if (strcmp(races, "off") == 0)
+        sim.races = SIM_RACES_OFF;
+    else
+        fprintf(stderr, "simcuda: ignoring SIMCUDA_RACES=%s (fatal, count or off)\n", races);
 }
 
 SIM_API CUresult CUDAAPI cuInit(unsigned int flags)
@@ -634,6 +643,7 @@ SIM_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
     SIM_CHECK(sim_ctx_check(ctx));
     SIM_CHECK(sim_capture_check_unsafe());
     sim_ctx_sync_point(ctx);
+    sim_race_host_waits_ctx(ctx);
     ctx->synchronizations++;
     return CUDA_SUCCESS;
 }

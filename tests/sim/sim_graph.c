@@ -27,6 +27,17 @@ void sim_node_params_free(sim_node_params *p)
     if (p->type == CU_GRAPH_NODE_TYPE_KERNEL) sim_kernel_params_free(&p->u.kernel);
 }
 
+const char *sim_node_params_name(const sim_node_params *p)
+{
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        return sim_handle_is(p->u.kernel.func, SIM_KIND_FUNCTION) ? p->u.kernel.func->name : "kernel";
+    case CU_GRAPH_NODE_TYPE_MEMSET: return "memset";
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return "memcpy";
+    default: return "empty node";
+    }
+}
+
 CUresult sim_node_params_run(const sim_node_params *p)
 {
     switch (p->type) {

@@ -152,26 +152,30 @@ SIM_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e)
 
 /* Resolves the stream of a launch or upload; a graph launched into a capture
  * would become a child-graph node, which is not modelled. */
-static CUresult launch_stream(CUgraphExec e, CUstream h, bool ptds)
+static CUresult launch_stream(CUgraphExec e, CUstream h, bool ptds, CUstream *s)
 {
-    CUstream s;
     bool capture;
     if (!sim_handle_is(e, SIM_KIND_EXEC)) return CUDA_ERROR_INVALID_VALUE;
-    SIM_CHECK(sim_stream_resolve(h, ptds, &s));
-    SIM_CHECK(sim_capture_check_enqueue(s, &capture));
+    SIM_CHECK(sim_stream_resolve(h, ptds, s));
+    SIM_CHECK(sim_capture_check_enqueue(*s, &capture));
     if (capture) {
-        sim_capture_invalidate(s);
+        sim_capture_invalidate(*s);
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     return CUDA_SUCCESS;
 }
 
+/* The whole graph is one operation of the stream for the race checker. */
 static CUresult graph_launch(CUgraphExec e, CUstream h, bool ptds)
 {
     SIM_BEGIN;
-    SIM_CHECK(launch_stream(e, h, ptds));
-    for (size_t i = 0; i < e->count; i++) SIM_CHECK(sim_node_params_run(&e->nodes[e->order[i]].params));
-    return CUDA_SUCCESS;
+    CUstream s;
+    SIM_CHECK(launch_stream(e, h, ptds, &s));
+    CUresult rc = CUDA_SUCCESS;
+    sim_race_op_begin(s, "graph launch");
+    for (size_t i = 0; i < e->count && rc == CUDA_SUCCESS; i++) rc = sim_node_params_run(&e->nodes[e->order[i]].params);
+    sim_race_op_end();
+    return rc;
 }
 
 SIM_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec e, CUstream s) { return graph_launch(e, s, false); }
@@ -180,7 +184,8 @@ SIM_API CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) { return 
 static CUresult graph_upload(CUgraphExec e, CUstream h, bool ptds)
 {
     SIM_BEGIN;
-    return launch_stream(e, h, ptds);
+    CUstream s;
+    return launch_stream(e, h, ptds, &s);
 }
 
 SIM_API CUresult CUDAAPI cuGraphUpload(CUgraphExec e, CUstream s) { return graph_upload(e, s, false); }

@@ -4,7 +4,9 @@
  * included, so kernel arguments can be copied into graph nodes like the real
  * driver does.  A few kernels are emulated on the host by name: cupool's fill
  * kernels `cupool_fill_u8/u16/u32` (dst, pitch in bytes, width in elements,
- * height in rows, value) and `sim_busy` (no parameters, does nothing).
+ * height in rows, value), test_kernel_race's `cupool_test_spin_write` (buffer,
+ * words, pattern, spin time: writes the pattern at once) and `sim_busy` (no
+ * parameters, does nothing).
  * Launching any other kernel answers CUDA_ERROR_NOT_SUPPORTED; a fill outside a
  * live allocation answers CUDA_ERROR_ILLEGAL_ADDRESS.
  */
@@ -36,6 +38,23 @@ static CUresult emulate_fill_u8(void *const *params) { return emulate_fill(param
 static CUresult emulate_fill_u16(void *const *params) { return emulate_fill(params, 2); }
 static CUresult emulate_fill_u32(void *const *params) { return emulate_fill(params, 4); }
 
+/* test_kernel_race's kernel (buf, words, pattern, spin_ns): the spin is
+ * timing, which the race checker stands in for here; the writes remain. */
+static CUresult emulate_spin_write(void *const *params)
+{
+    unsigned long long words = *(const unsigned long long *)params[1];
+    sim_memset_params p = {
+        .dst = *(const unsigned long long *)params[0],
+        .pitch = words * 4,
+        .width = words,
+        .height = 1,
+        .value = *(const unsigned *)params[2],
+        .element_size = 4,
+    };
+    if (words == 0) return CUDA_SUCCESS;
+    return sim_memset_run(&p) == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
 static CUresult emulate_busy(void *const *params)
 {
     (void)params;
@@ -43,6 +62,7 @@ static CUresult emulate_busy(void *const *params)
 }
 
 static const size_t fill_layout[] = { 8, 8, 8, 8, 4 };
+static const size_t spin_write_layout[] = { 8, 8, 4, 8 };
 
 static const struct {
     const char *name;
@@ -53,6 +73,7 @@ static const struct {
     { "cupool_fill_u8", fill_layout, 5, emulate_fill_u8 },
     { "cupool_fill_u16", fill_layout, 5, emulate_fill_u16 },
     { "cupool_fill_u32", fill_layout, 5, emulate_fill_u32 },
+    { "cupool_test_spin_write", spin_write_layout, 4, emulate_spin_write },
     { "sim_busy", NULL, 0, emulate_busy },
 };
 

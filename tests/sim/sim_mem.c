@@ -72,6 +72,7 @@ void sim_alloc_unregister(sim_alloc *a)
     if (i < 0 || allocs[i] != a) return;
     memmove(&allocs[i], &allocs[i + 1], (alloc_count - (size_t)i - 1) * sizeof *allocs);
     alloc_count--;
+    sim_race_alloc_forget(a);
     free(a);
 }
 
@@ -153,6 +154,7 @@ SIM_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     SIM_CHECK(sim_capture_check_unsafe());
     sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
     if (!a || a->base != (uintptr_t)dptr) return CUDA_ERROR_INVALID_VALUE;
+    sim_race_host_waits_all(); /* cuMemFree waits for the device */
     if (a->kind == SIM_ALLOC_POOL)
         sim_pool_release_block(a); /* the real driver accepts pool memory here */
     else
@@ -194,6 +196,8 @@ CUresult sim_memcpy_run(const sim_memcpy_params *p)
 {
     if (p->bytes == 0) return CUDA_SUCCESS;
     if (!memcpy_ranges_ok(p)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (p->src_device) sim_race_access(p->src, p->bytes, false);
+    if (p->dst_device) sim_race_access(p->dst, p->bytes, true);
     memmove((void *)p->dst, (const void *)p->src, p->bytes);
     return CUDA_SUCCESS;
 }
@@ -205,8 +209,11 @@ static bool is_device_pointer(uintptr_t p)
     return sim_alloc_find(p) != NULL;
 }
 
+/* A synchronous copy to or from host memory returns once it is done (from
+ * pageable memory to the device, once it started after the stream's earlier
+ * work: taken as done too, which can only hide a race). */
 static CUresult copy_op(uintptr_t dst, bool dst_device, uintptr_t src, bool src_device, size_t bytes, CUstream h,
-                        bool ptds)
+                        bool ptds, bool synchronous)
 {
     SIM_BEGIN;
     CUcontext ctx;
@@ -214,28 +221,32 @@ static CUresult copy_op(uintptr_t dst, bool dst_device, uintptr_t src, bool src_
     sim_node_params op = { .type = CU_GRAPH_NODE_TYPE_MEMCPY };
     op.u.memcpy = (sim_memcpy_params){ dst, src, bytes, dst_device, src_device };
     if (bytes && (!dst || !src || !memcpy_ranges_ok(&op.u.memcpy))) return CUDA_ERROR_INVALID_VALUE;
-    return sim_stream_submit(h, ptds, &op);
+    SIM_CHECK(sim_stream_submit(h, ptds, &op));
+    CUstream s;
+    if (synchronous && !(dst_device && src_device) && sim_stream_resolve(h, ptds, &s) == CUDA_SUCCESS)
+        sim_race_host_waits_stream(s);
+    return CUDA_SUCCESS;
 }
 
 #define HOST_PTR(p) ((uintptr_t)(p))
 #define ANY_PTR(p) HOST_PTR(p), is_device_pointer(HOST_PTR(p))
 
-SIM_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return copy_op(d, true, HOST_PTR(s), false, n, NULL, false); }
-SIM_API CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n) { return copy_op(d, true, HOST_PTR(s), false, n, NULL, true); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return copy_op(HOST_PTR(d), false, s, true, n, NULL, false); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n) { return copy_op(HOST_PTR(d), false, s, true, n, NULL, true); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(d, true, s, true, n, NULL, false); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(d, true, s, true, n, NULL, true); }
-SIM_API CUresult CUDAAPI cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, NULL, false); }
-SIM_API CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, NULL, true); }
-SIM_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { return copy_op(d, true, HOST_PTR(s), false, n, st, false); }
-SIM_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *s, size_t n, CUstream st) { return copy_op(d, true, HOST_PTR(s), false, n, st, true); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(HOST_PTR(d), false, s, true, n, st, false); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(HOST_PTR(d), false, s, true, n, st, true); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(d, true, s, true, n, st, false); }
-SIM_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(d, true, s, true, n, st, true); }
-SIM_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, st, false); }
-SIM_API CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, st, true); }
+SIM_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return copy_op(d, true, HOST_PTR(s), false, n, NULL, false, true); }
+SIM_API CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n) { return copy_op(d, true, HOST_PTR(s), false, n, NULL, true, true); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return copy_op(HOST_PTR(d), false, s, true, n, NULL, false, true); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n) { return copy_op(HOST_PTR(d), false, s, true, n, NULL, true, true); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(d, true, s, true, n, NULL, false, true); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(d, true, s, true, n, NULL, true, true); }
+SIM_API CUresult CUDAAPI cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, NULL, false, true); }
+SIM_API CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, NULL, true, true); }
+SIM_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { return copy_op(d, true, HOST_PTR(s), false, n, st, false, false); }
+SIM_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *s, size_t n, CUstream st) { return copy_op(d, true, HOST_PTR(s), false, n, st, true, false); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(HOST_PTR(d), false, s, true, n, st, false, false); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(HOST_PTR(d), false, s, true, n, st, true, false); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(d, true, s, true, n, st, false, false); }
+SIM_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(d, true, s, true, n, st, true, false); }
+SIM_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, st, false, false); }
+SIM_API CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy_op(ANY_PTR(d), ANY_PTR(s), n, st, true, false); }
 
 /* ---- memsets ----------------------------------------------------------------- */
 
@@ -278,6 +289,7 @@ CUresult sim_memset_run(const sim_memset_params *p)
     if (!memset_extent(p, &extent)) return CUDA_ERROR_INVALID_VALUE;
     if (extent == 0) return CUDA_SUCCESS;
     if (!sim_range_is_device((uintptr_t)p->dst, extent)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    sim_race_access((uintptr_t)p->dst, extent, true);
     for (size_t r = 0; r < p->height; r++) {
         unsigned char *row = (unsigned char *)(uintptr_t)(p->dst + r * p->pitch);
         switch (p->element_size) {

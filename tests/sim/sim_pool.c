@@ -398,7 +398,11 @@ static CUresult alloc_async_locked(CUdeviceptr *dptr, size_t size, CUmemoryPool 
     if (!pool) pool = current_pool(s->ctx->device);
     if (!pool) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = sim_pool_alloc(pool, size, s->ctx, dptr);
-    if (r == CUDA_SUCCESS) sim_alloc_find((uintptr_t)*dptr)->caller = (int)gettid();
+    if (r == CUDA_SUCCESS) {
+        sim_alloc *a = sim_alloc_find((uintptr_t)*dptr);
+        a->caller = (int)gettid();
+        sim_race_pool_alloc(a, s);
+    }
     pool_call_time();
     return r;
 }
@@ -443,6 +447,7 @@ static CUresult free_async_locked(CUdeviceptr dptr, CUstream h, bool ptds)
     if (dptr == 0) return CUDA_SUCCESS;
     sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
     if (!a || a->base != (uintptr_t)dptr || a->kind != SIM_ALLOC_POOL) return CUDA_ERROR_INVALID_VALUE;
+    sim_race_pool_free(a, s);
     sim_pool_release_block(a);
     pool_call_time();
     return CUDA_SUCCESS;

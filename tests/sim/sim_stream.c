@@ -140,7 +140,11 @@ CUresult sim_stream_submit(CUstream h, bool ptds, sim_node_params *params)
     CUresult rc = sim_stream_resolve(h, ptds, &s);
     if (rc == CUDA_SUCCESS) rc = sim_capture_check_enqueue(s, &capture);
     if (rc == CUDA_SUCCESS && capture) return sim_capture_append(s, params);
-    if (rc == CUDA_SUCCESS) rc = sim_node_params_run(params);
+    if (rc == CUDA_SUCCESS) {
+        sim_race_op_begin(s, sim_node_params_name(params));
+        rc = sim_node_params_run(params);
+        sim_race_op_end();
+    }
     sim_node_params_free(params);
     return rc;
 }
@@ -187,6 +191,7 @@ void sim_stream_destroy_obj(CUstream s)
         CUevent e = ctx->events.items[i];
         if (e->stream == s) e->stream = NULL;
     }
+    sim_race_stream_forget(s);
     sim_vec_remove(&ctx->streams, s);
     sim_handle_remove(s);
     free(s);
@@ -217,6 +222,7 @@ static CUresult stream_synchronize(CUstream h, bool ptds)
     if (s->kind == SIM_STREAM_LEGACY && legacy_would_join_capture(s->ctx, true))
         return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     sim_ctx_sync_point(s->ctx);
+    sim_race_host_waits_stream(s);
     return CUDA_SUCCESS;
 }
 
@@ -239,7 +245,9 @@ static CUresult stream_query(CUstream h, bool ptds)
             busy = true;
         }
     }
-    return busy ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    if (busy) return CUDA_ERROR_NOT_READY;
+    sim_race_host_waits_stream(s);
+    return CUDA_SUCCESS;
 }
 
 SIM_API CUresult CUDAAPI cuStreamQuery(CUstream h) { return stream_query(h, false); }
@@ -317,7 +325,10 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
     SIM_CHECK(sim_stream_resolve(h, ptds, &s));
     if (!sim_handle_is(e, SIM_KIND_EVENT)) return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL) return CUDA_ERROR_INVALID_VALUE;
-    return sim_capture_check_enqueue(s, &capture); /* work already ran: nothing to wait for */
+    SIM_CHECK(sim_capture_check_enqueue(s, &capture));
+    /* The work already ran; the race checker still learns the order. */
+    if (!capture) sim_race_stream_waits(s, e);
+    return CUDA_SUCCESS;
 }
 
 SIM_API CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int f) { return stream_wait_event(h, e, f, false); }
@@ -349,6 +360,7 @@ void sim_event_destroy_obj(CUevent e)
 {
     sim_vec_remove(&e->ctx->events, e);
     sim_handle_remove(e);
+    sim_clock_free(&e->clock);
     free(e);
 }
 
@@ -383,6 +395,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags, bool ptds)
     SIM_CHECK(sim_capture_check_enqueue(s, &capture));
     if (capture) return CUDA_SUCCESS; /* an internal capture dependency: no node */
     e->recorded = true;
+    sim_race_event_record(e, s);
     if (s->kind == SIM_STREAM_LEGACY) s->ctx->legacy_records++;
     e->pending_queries = sim.event_delay;
     e->time_ms = sim_now_ms();
@@ -417,6 +430,7 @@ SIM_API CUresult CUDAAPI cuCtxRecordEvent(CUcontext ctx, CUevent e)
     e->pending_queries = sim.event_delay;
     e->time_ms = sim_now_ms();
     e->stream = NULL; /* no one stream's: only a context-wide synchronization completes it early */
+    sim_race_ctx_record(e, ctx);
     return CUDA_SUCCESS;
 }
 
@@ -428,6 +442,7 @@ SIM_API CUresult CUDAAPI cuEventQuery(CUevent e)
         e->pending_queries--;
         return CUDA_ERROR_NOT_READY;
     }
+    sim_race_host_waits_event(e);
     return CUDA_SUCCESS;
 }
 
@@ -436,6 +451,7 @@ SIM_API CUresult CUDAAPI cuEventSynchronize(CUevent e)
     SIM_BEGIN;
     SIM_CHECK(event_check(e));
     sim_ctx_sync_point(e->ctx);
+    sim_race_host_waits_event(e);
     return CUDA_SUCCESS;
 }
 
