@@ -2,7 +2,8 @@
  * Proves data stays correct in every free mode (ordered, deferred, sync,
  * auto), each in its own process: allocate, fill (cuMemsetD32Async and
  * cuMemcpyHtoDAsync), read back, free, on the legacy stream, on several
- * blocking streams, on per-thread default streams, on non-blocking streams,
+ * blocking streams, on per-thread default streams, on non-blocking streams
+ * (blocking ones under a forced `ordered`, which is correct only there),
  * across two contexts of one device and on a second device.  It proves the
  * deferred way too: with SIMCUDA_EVENT_DELAY=3 (events answer NOT_READY
  * three times) a freed block stays in use in its pool at the free and goes
@@ -346,24 +347,24 @@ static int child(void)
 
 /* auto must switch to deferred and to sync at least once each; a forced
  * mode must never change; cupool must not warn. */
-static int switches_as_expected(const char *mode, const tl_child_t *c)
+static int switches_as_expected(const char *run_mode, const tl_child_t *c)
 {
     int ok = 1;
     int to_deferred = tl_count_substr(c->err, "free mode ordered -> deferred");
     int to_sync = tl_count_substr(c->err, "-> sync");
     int warnings = tl_count_prefix(c->err, "cupool: warning:") + tl_count_prefix(c->err, "cupool: error:");
-    if (strcmp(mode, "auto") == 0) {
+    if (strcmp(run_mode, "auto") == 0) {
         if (to_deferred < 1 || to_sync < 1) {
             fprintf(stderr, "auto: %d switches to deferred, %d to sync; expected at least one each\n", to_deferred,
                     to_sync);
             ok = 0;
         }
     } else if (to_deferred || to_sync) {
-        fprintf(stderr, "%s: the free mode changed although it was forced\n", mode);
+        fprintf(stderr, "%s: the free mode changed although it was forced\n", run_mode);
         ok = 0;
     }
     if (warnings) {
-        fprintf(stderr, "%s: cupool warned\n", mode);
+        fprintf(stderr, "%s: cupool warned\n", run_mode);
         ok = 0;
     }
     return ok;

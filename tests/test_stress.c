@@ -2,7 +2,8 @@
  * Proves cupool stays correct under many threads: 16 threads allocate random
  * sizes from 1 byte to 64 MiB (4 MiB on the simulator, where device memory
  * is host memory), keep a few blocks live, fill each with a pattern of their
- * own (cuMemsetD32, some on a non-blocking stream of the thread's own), check
+ * own (cuMemsetD32, some on a non-blocking stream of the thread's own, a
+ * blocking one under a forced `ordered`), check
  * both ends and the middle with cuMemcpyDtoH before freeing it in random
  * order.  Every free mode runs in its own process.  At the end nothing is in
  * use (cupool_get_stats in_use == 0) and every pooled allocation was freed.
@@ -99,9 +100,9 @@ static int child(void)
 }
 
 /* A mode passes only if cupool never warned. */
-static int no_warnings(const char *mode, const tl_child_t *c)
+static int no_warnings(const char *run_mode, const tl_child_t *c)
 {
-    (void)mode;
+    (void)run_mode;
     return tl_count_prefix(c->err, "cupool: warning:") == 0;
 }
 

@@ -186,6 +186,8 @@ typedef struct {
 
 /* ---- allocations ------------------------------------------------------------ */
 
+#define SIM_STREAM_NAME 64 /* room for a stream's name in the race checker's messages */
+
 typedef enum { SIM_ALLOC_PLAIN, SIM_ALLOC_POOL } sim_alloc_kind;
 
 typedef struct {
@@ -201,7 +203,7 @@ typedef struct {
     /* race checker: the operation that made a pool block, and accesses not yet seen complete */
     size_t born_slot; /* 1 + slot, 0 for cuMemAlloc memory (usable at once everywhere) */
     unsigned long long born_tick;
-    char born_stream[48];
+    char born_stream[SIM_STREAM_NAME]; /* "non-blocking stream 12 (context 3)" */
     struct sim_race_history *history;
 } sim_alloc;
 

@@ -50,7 +50,7 @@ typedef struct {
     size_t offset, bytes;    /* within the allocation */
     bool write;
     char what[48];
-    char stream[48];
+    char stream[SIM_STREAM_NAME];
 } sim_access;
 
 struct sim_race_history {
@@ -130,14 +130,11 @@ void sim_race_stream_forget(CUstream s)
 
 static void describe_stream(CUstream s, char *out, size_t size)
 {
-    switch (s->kind) {
-    case SIM_STREAM_LEGACY: snprintf(out, size, "the legacy stream"); break;
-    case SIM_STREAM_PER_THREAD: snprintf(out, size, "a per-thread stream (%llu)", s->id); break;
-    default:
-        snprintf(out, size, "%s stream %llu", (s->flags & CU_STREAM_NON_BLOCKING) ? "non-blocking" : "blocking",
-                 s->id);
-        break;
-    }
+    const char *kind = s->kind == SIM_STREAM_LEGACY       ? "legacy"
+                       : s->kind == SIM_STREAM_PER_THREAD ? "per-thread"
+                       : (s->flags & CU_STREAM_NON_BLOCKING) ? "non-blocking"
+                                                             : "blocking";
+    snprintf(out, size, "%s stream %llu (context %llu)", kind, s->id, s->ctx->id);
 }
 
 /* The next operation of s: what it runs after, then its own tick. */
@@ -234,7 +231,7 @@ void sim_race_access(uintptr_t addr, size_t bytes, bool write)
     if (bytes > a->size - offset) bytes = a->size - offset;
     const sim_clock *now = &current->clock;
     size_t slot = current->race_slot - 1;
-    char who[48];
+    char who[SIM_STREAM_NAME];
     describe_stream(current, who, sizeof who);
     check_born(a, now, current_what, who);
     if (!a->history && !(a->history = calloc(1, sizeof *a->history))) abort();
@@ -283,7 +280,7 @@ void sim_race_pool_free(sim_alloc *a, CUstream s)
 {
     if (!checking()) return;
     order_next(s);
-    char who[48];
+    char who[SIM_STREAM_NAME];
     describe_stream(s, who, sizeof who);
     if (!check_born(a, &s->clock, "cuMemFreeAsync", who) || !a->history) return;
     history_prune(a->history);
