@@ -1,0 +1,30 @@
+#!/bin/bash
+# The twenty-third session's GPU calls, run on the GPU machine from the repository root:
+#   OUT=DIR bash docs/examples/run23.sh g|s|t
+# g: the twenty-second session's planned call (run22.sh g: the driver-facing
+#    fixes of that session on the real driver), plus the tests this session
+#    changed for the simulator's race checker: test_kernel_race, and
+#    test_modes and test_stress, which now give a forced `ordered`
+#    blocking streams in place of non-blocking ones; then compute-sanitizer
+#    in every free mode on test_edges, test_bad_input, test_memset_api and
+#    test_modes (whose `ordered` run drew 64 reports before).
+# s, t: as run20.sh s and t (the benchmarks without PyTorch and test_ready
+#    under compute-sanitizer; the PyTorch stage and make check on the real
+#    driver), with this session's library.
+# Results in $OUT/r and $OUT/r.tgz.
+. "$(dirname "$0")/gpu-session.sh"
+
+case ${1:-} in
+g)
+    build build-gpu
+    real_check 300 2 test_edges test_bad_input test_capture test_ready memset/test_memset_api test_kernel_race \
+        test_modes test_stress
+    grep -E "while capturing|killed|same results|FAILED" build-gpu/tests/test_edges.log \
+        build-gpu/tests/test_bad_input.log | head -30
+    grep -E "corrupted|FAILED" build-gpu/tests/test_kernel_race.log | head -30
+    sanitize 200 4 test_edges test_bad_input test_memset_api test_modes
+    ;;
+s | t) exec bash "$(dirname "$0")/run20.sh" $1 ;;
+*) echo "usage: OUT=DIR bash $0 g|s|t" >&2; exit 2 ;;
+esac
+tar -C $OUT -czf $OUT/r.tgz r
