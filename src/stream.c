@@ -65,8 +65,15 @@ static void add_origin_locked(CUstream stream)
         capture_origins = grown;
         capture_origins_cap = cap;
     }
+    /* A capture on the per-thread stream (NULL in a per-thread build, or
+     * CU_STREAM_PER_THREAD) is in the current context.  Asking the driver
+     * about NULL would ask about the legacy stream, and on the H200 even
+     * that query invalidates the capture of a blocking stream. */
     CUcontext ctx = NULL;
-    if (real_cuStreamGetCtx) real_cuStreamGetCtx(stream, &ctx);
+    if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+        real_cuCtxGetCurrent(&ctx);
+    else if (real_cuStreamGetCtx)
+        real_cuStreamGetCtx(stream, &ctx);
     capture_origins[ncapture_origins++] = (capture_origin_t){stream, ctx};
 }
 

@@ -285,6 +285,10 @@ static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, bool ptds)
     CUstream s;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     SIM_CHECK(sim_stream_resolve(h, ptds, &s));
+    /* Even this query of the legacy stream ends the capture of a blocking
+     * stream (measured on the H200: the capture then ends INVALIDATED). */
+    if (s->kind == SIM_STREAM_LEGACY && legacy_would_join_capture(s->ctx, true))
+        return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     *pctx = s->ctx;
     return CUDA_SUCCESS;
 }
