@@ -193,7 +193,8 @@ int main(int argc, char **argv)
         tl_child_free(&c);
     }
     {
-        const char *args[] = {"--peer", NULL}, *env[] = {"CUPOOL_VERBOSE=1", NULL};
+        /* auto moves the contexts: whatever mode the caller forced. */
+        const char *args[] = {"--peer", NULL}, *env[] = {"CUPOOL_VERBOSE=1", "CUPOOL_FREE=auto", NULL};
         tl_child_t c;
         tl_run_self(args, env, 0, 60, &c);
         int to_sync = tl_count_substr(c.err, "-> sync");
