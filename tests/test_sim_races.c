@@ -51,33 +51,18 @@ static void use_after_event(void)
     CHECK_CU(cuEventDestroy(e));
 }
 
-static void legacy_then_blocking(void)
+/* A pool block's life: allocated on one stream, written on another, freed on a third. */
+static void block_life(CUstream alloc_on, CUstream write_on, CUstream free_on)
 {
-    CUdeviceptr p = pool_block(CU_STREAM_LEGACY);
-    memset_on(p, BYTES, blocking);
-    CHECK_CU(cuMemFreeAsync(p, CU_STREAM_LEGACY));
+    CUdeviceptr p = pool_block(alloc_on);
+    memset_on(p, BYTES, write_on);
+    CHECK_CU(cuMemFreeAsync(p, free_on));
 }
 
-static void legacy_then_per_thread(void)
-{
-    CUdeviceptr p = pool_block(CU_STREAM_LEGACY);
-    memset_on(p, BYTES, CU_STREAM_PER_THREAD);
-    CHECK_CU(cuMemFreeAsync(p, CU_STREAM_LEGACY));
-}
-
-static void free_on_legacy_after_non_blocking_write(void)
-{
-    CUdeviceptr p = pool_block(nb_a);
-    memset_on(p, BYTES, nb_a);
-    CHECK_CU(cuMemFreeAsync(p, CU_STREAM_LEGACY));
-}
-
-static void free_on_its_stream(void)
-{
-    CUdeviceptr p = pool_block(nb_a);
-    memset_on(p, BYTES, nb_a);
-    CHECK_CU(cuMemFreeAsync(p, nb_a));
-}
+static void legacy_then_blocking(void) { block_life(CU_STREAM_LEGACY, blocking, CU_STREAM_LEGACY); }
+static void legacy_then_per_thread(void) { block_life(CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CU_STREAM_LEGACY); }
+static void free_on_legacy_after_non_blocking_write(void) { block_life(nb_a, nb_a, CU_STREAM_LEGACY); }
+static void free_on_its_stream(void) { block_life(nb_a, nb_a, nb_a); }
 
 static void two_writers(void)
 {
