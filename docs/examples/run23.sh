@@ -8,9 +8,10 @@
 #    blocking streams in place of non-blocking ones; then compute-sanitizer
 #    in every free mode on test_edges, test_bad_input, test_memset_api and
 #    test_modes (whose `ordered` run drew 64 reports before).
-# s, t: as run20.sh s and t (the benchmarks without PyTorch and test_ready
-#    under compute-sanitizer; the PyTorch stage and make check on the real
-#    driver), with this session's library; s first runs test_edges and
+# s, t: as run20.sh s and t (the benchmarks without PyTorch; the PyTorch
+#    stage and make check on the real driver), with this session's library
+#    (s leaves out run20's compute-sanitizer run of test_ready, for the
+#    session's device time); s first runs test_edges and
 #    test_bad_input on the real driver again, after the fixes call g led to
 #    (a per-thread-stream capture that cupool's cuStreamGetCtx of the legacy
 #    stream invalidated; cuGetProcAddress with a NULL name, which crashes
@@ -33,7 +34,10 @@ s)
     real_check 120 2 test_edges test_bad_input
     grep -E "FAILED|differ" build-gpu/tests/test_edges.log build-gpu/tests/test_bad_input.log | head
     cp build-gpu/tests/test_bad_input.log $OUT/r/ 2>/dev/null
-    bash "$(dirname "$0")/run20.sh" s
+    BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-230} timeout 400 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
+    echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
+    sed -n '/five runs/,/^===/p' $OUT/r/s.txt | head -6
+    rm -rf $OUT/r/s/logs
     ;;
 t) exec bash "$(dirname "$0")/run20.sh" t ;;
 *) echo "usage: OUT=DIR bash $0 g|s|t" >&2; exit 2 ;;
