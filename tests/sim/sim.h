@@ -4,7 +4,9 @@
  * cupool's test suite can run: "device" memory is host memory, every operation
  * executes synchronously when it is enqueued, and the driver's observable rules
  * (error codes, pools, capture, graphs, cuGetProcAddress) are modelled closely
- * enough for cupool to be exercised.  This header defines the concrete structs
+ * enough for cupool to be exercised.  Since nothing here is ever late, a race
+ * checker (sim_race.c) keeps the order CUDA promises and stops a program at
+ * an access that order leaves unordered.  This header defines the concrete structs
  * behind the opaque CUDA handles, the global state, the lock, the handle
  * registry that lets every entry point reject bogus handles without
  * dereferencing them, and the helpers the source files share.
