@@ -1,0 +1,209 @@
+/*
+ * Proves cupool keeps random correct programs correct in every free mode:
+ * each program, generated from a seed, is a sequence of driver calls that is
+ * free of races natively (cuMemAlloc memory is usable on every stream at
+ * once, cuMemFree waits for the device), and under cupool it must stay so.
+ * The simulator's race checker (tests/sim/sim_race.c) is the judge: it stops
+ * the process at the first access or free that CUDA's stream order leaves
+ * unordered.  Data is checked too, each buffer read back against the byte
+ * it was last set to.
+ *
+ * A program creates and destroys blocking and non-blocking streams,
+ * allocates buffers of 1 byte to 4 MiB (cuMemAlloc and cuMemAllocPitch),
+ * each owned by one stream (the legacy stream, the per-thread stream or a
+ * created one), writes them there (cuMemsetD8Async), copies between buffers
+ * of one owner, hands a buffer to another stream with an event, reads it
+ * back, synchronizes a stream or the context now and then, and frees
+ * buffers in any order.  The modes: native (which checks the generator),
+ * auto, deferred and sync; `ordered` and `auto` once more on programs whose
+ * streams are all blocking, the programs `ordered` is made for.  Simulator
+ * only.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define OPS 400
+#define MAX_STREAMS 6
+#define MAX_BUFFERS 12
+
+typedef struct {
+    CUdeviceptr ptr;
+    size_t bytes;
+    CUstream owner;
+    unsigned char value;
+} buffer_t;
+
+static uint64_t rng;
+static int blocking_only;
+static CUstream streams[MAX_STREAMS + 2]; /* [0] legacy, [1] per-thread, then created ones */
+static int nstreams;
+static buffer_t buffers[MAX_BUFFERS];
+static int nbuffers;
+static unsigned char scratch[4 << 20];
+
+static unsigned pick(unsigned n) { return (unsigned)(tl_rand(&rng) % n); }
+
+static CUstream any_stream(void) { return streams[pick((unsigned)nstreams)]; }
+
+/* Orders `to` after everything enqueued on `from` so far. */
+static void hand_over(CUstream from, CUstream to)
+{
+    CUevent e;
+    CHECK_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    CHECK_CU(cuEventRecord(e, from));
+    CHECK_CU(cuStreamWaitEvent(to, e, 0));
+    CHECK_CU(cuEventDestroy(e));
+}
+
+static void op_create_stream(void)
+{
+    if (nstreams == MAX_STREAMS + 2) return;
+    unsigned flags = blocking_only || pick(2) ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING;
+    CHECK_CU(cuStreamCreate(&streams[nstreams++], flags));
+}
+
+static void op_destroy_stream(void)
+{
+    if (nstreams <= 2) return;
+    int i = 2 + (int)pick((unsigned)nstreams - 2);
+    CUstream s = streams[i];
+    for (int b = 0; b < nbuffers; b++) {
+        if (buffers[b].owner != s) continue;
+        hand_over(s, CU_STREAM_LEGACY);
+        buffers[b].owner = CU_STREAM_LEGACY;
+    }
+    CHECK_CU(cuStreamDestroy(s));
+    streams[i] = streams[--nstreams];
+}
+
+static void op_alloc(void)
+{
+    if (nbuffers == MAX_BUFFERS) return;
+    buffer_t *b = &buffers[nbuffers];
+    size_t bytes = 1 + (size_t)(tl_rand(&rng) % ((size_t)1 << pick(23)));
+    if (pick(8) == 0) {
+        size_t pitch, width = 1 + bytes % 4096, height = 1 + pick(64);
+        CHECK_CU(cuMemAllocPitch(&b->ptr, &pitch, width, height, 4));
+        bytes = pitch * height;
+    } else {
+        CHECK_CU(cuMemAlloc(&b->ptr, bytes));
+    }
+    b->bytes = bytes;
+    b->owner = any_stream();
+    b->value = (unsigned char)pick(256);
+    CHECK_CU(cuMemsetD8Async(b->ptr, b->value, bytes, b->owner));
+    nbuffers++;
+}
+
+static void op_free(void)
+{
+    if (nbuffers == 0) return;
+    int i = (int)pick((unsigned)nbuffers);
+    CHECK_CU(cuMemFree(buffers[i].ptr));
+    buffers[i] = buffers[--nbuffers];
+}
+
+static void op_write(void)
+{
+    if (nbuffers == 0) return;
+    buffer_t *b = &buffers[pick((unsigned)nbuffers)];
+    b->value = (unsigned char)pick(256);
+    CHECK_CU(cuMemsetD8Async(b->ptr, b->value, b->bytes, b->owner));
+}
+
+/* A copy between two buffers of one size: the source is handed to the
+ * destination's stream first. */
+static void op_copy(void)
+{
+    if (nbuffers < 2) return;
+    buffer_t *src = &buffers[pick((unsigned)nbuffers)], *dst = &buffers[pick((unsigned)nbuffers)];
+    if (src == dst) return;
+    size_t bytes = src->bytes < dst->bytes ? src->bytes : dst->bytes;
+    if (src->owner != dst->owner) {
+        hand_over(src->owner, dst->owner);
+        src->owner = dst->owner;
+    }
+    CHECK_CU(cuMemcpyDtoDAsync(dst->ptr, src->ptr, bytes, dst->owner));
+    if (bytes < dst->bytes) CHECK_CU(cuMemsetD8Async(dst->ptr + bytes, src->value, dst->bytes - bytes, dst->owner));
+    dst->value = src->value;
+}
+
+static void op_hand_over(void)
+{
+    if (nbuffers == 0) return;
+    buffer_t *b = &buffers[pick((unsigned)nbuffers)];
+    CUstream to = any_stream();
+    if (to == b->owner) return;
+    hand_over(b->owner, to);
+    b->owner = to;
+}
+
+static void op_read_back(void)
+{
+    if (nbuffers == 0) return;
+    buffer_t *b = &buffers[pick((unsigned)nbuffers)];
+    CHECK_CU(cuMemcpyDtoHAsync(scratch, b->ptr, b->bytes, b->owner));
+    CHECK_CU(cuStreamSynchronize(b->owner));
+    for (size_t i = 0; i < b->bytes; i++)
+        if (scratch[i] != b->value)
+            CHECK_FAIL("byte %zu of a %zu-byte buffer is %u, not %u", i, b->bytes, scratch[i], b->value);
+}
+
+static void op_synchronize(void)
+{
+    if (pick(3) == 0) CHECK_CU(cuCtxSynchronize());
+    else CHECK_CU(cuStreamSynchronize(any_stream()));
+}
+
+static void (*const ops[])(void) = {
+    op_create_stream, op_destroy_stream, op_alloc, op_alloc, op_alloc, op_free, op_free, op_free,
+    op_write, op_write, op_copy, op_hand_over, op_read_back, op_synchronize,
+};
+
+static void program(uint64_t seed)
+{
+    rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    streams[0] = CU_STREAM_LEGACY;
+    streams[1] = CU_STREAM_PER_THREAD;
+    nstreams = 2;
+    for (int i = 0; i < OPS; i++) ops[pick(sizeof ops / sizeof *ops)]();
+    while (nbuffers) {
+        op_read_back();
+        CHECK_CU(cuMemFree(buffers[--nbuffers].ptr));
+    }
+    while (nstreams > 2) CHECK_CU(cuStreamDestroy(streams[--nstreams]));
+}
+
+static int child(void)
+{
+    /* Under valgrind (tests/test_memcheck.sh) a tenth of them. */
+    const char *valgrind = getenv("CUPOOL_TEST_VALGRIND");
+    int programs = valgrind && strcmp(valgrind, "1") == 0 ? 6 : 60;
+    blocking_only = getenv("TEST_BLOCKING_ONLY") != NULL;
+    tl_init(0);
+    for (uint64_t seed = 1; seed <= (uint64_t)programs; seed++) program(seed);
+    CHECK_CU(cuCtxSynchronize());
+    if (!tl_native()) CHECK_EQ(tl_stats(0).in_use, 0);
+    printf("%d programs of %d calls each: no race, every byte as written\n", programs, OPS);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (check_real_driver()) {
+        printf("test_random_programs: the simulator's race checker judges it: skipped on the real driver\n");
+        return CHECK_SKIP;
+    }
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    static const char *const modes[] = {"native", "auto", "deferred", "deferred-streams", "sync"};
+    static const char *const blocking_modes[] = {"ordered", "auto"};
+    static const char *const blocking[] = {"TEST_BLOCKING_ONLY=1", NULL};
+    int failed = tl_run_modes(modes, 5, NULL, 120, NULL);
+    printf("-- programs whose streams are all blocking:\n");
+    failed += tl_run_modes(blocking_modes, 2, blocking, 120, NULL);
+    return failed ? 1 : 0;
+}
