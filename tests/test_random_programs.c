@@ -158,18 +158,74 @@ static void op_synchronize(void)
     else CHECK_CU(cuStreamSynchronize(any_stream()));
 }
 
+/* A write as a graph's memset node (which cupool may rewrite into a kernel
+ * node), built by hand or captured from the owner stream (not the legacy or
+ * per-thread one, which cannot be captured here), launched there. */
+static void op_graph_write(void)
+{
+    if (nbuffers == 0) return;
+    buffer_t *b = &buffers[pick((unsigned)nbuffers)];
+    CUcontext ctx;
+    CUgraph g;
+    CUgraphExec exec;
+    CHECK_CU(cuCtxGetCurrent(&ctx));
+    b->value = (unsigned char)pick(256);
+    int captured = b->owner != CU_STREAM_LEGACY && b->owner != CU_STREAM_PER_THREAD && pick(2);
+    if (captured) {
+        CHECK_CU(cuStreamBeginCapture(b->owner, pick(2) ? CU_STREAM_CAPTURE_MODE_GLOBAL : CU_STREAM_CAPTURE_MODE_RELAXED));
+        CHECK_CU(cuMemsetD8Async(b->ptr, b->value, b->bytes, b->owner));
+        CHECK_CU(cuStreamEndCapture(b->owner, &g));
+    } else {
+        CUgraphNode node;
+        CUDA_MEMSET_NODE_PARAMS p = {
+            .dst = b->ptr, .pitch = b->bytes, .value = b->value, .elementSize = 1, .width = b->bytes, .height = 1,
+        };
+        CHECK_CU(cuGraphCreate(&g, 0));
+        CHECK_CU(cuGraphAddMemsetNode(&node, g, NULL, 0, &p, ctx));
+    }
+    CHECK_CU(cuGraphInstantiate(&exec, g, 0));
+    CHECK_CU(cuGraphLaunch(exec, b->owner));
+    CHECK_CU(cuGraphExecDestroy(exec));
+    CHECK_CU(cuGraphDestroy(g));
+}
+
+/* Another context on the device for a while (auto turns sync): a buffer of
+ * its own, written and freed there, and one of the program's freed while it
+ * is current (the free goes to the context that allocated the block). */
+static void op_other_context(void)
+{
+    CUcontext self, other;
+    CUdevice dev;
+    CHECK_CU(cuCtxGetCurrent(&self));
+    CHECK_CU(cuCtxGetDevice(&dev));
+    CHECK_CU(cuCtxCreate(&other, NULL, 0, dev));
+    CUdeviceptr p;
+    size_t bytes = 1 + pick(1 << 20);
+    CHECK_CU(cuMemAlloc(&p, bytes));
+    CHECK_CU(cuMemsetD8Async(p, 0x5a, bytes, CU_STREAM_LEGACY));
+    if (nbuffers) op_free();
+    if (pick(2)) CHECK_CU(cuMemFree(p)); /* else it dies with its context */
+    CHECK_CU(cuCtxDestroy(other));
+    CHECK_CU(cuCtxSetCurrent(self));
+}
+
 static void (*const ops[])(void) = {
     op_create_stream, op_destroy_stream, op_alloc, op_alloc, op_alloc, op_free, op_free, op_free,
-    op_write, op_write, op_copy, op_hand_over, op_read_back, op_synchronize,
+    op_write, op_write, op_copy, op_hand_over, op_read_back, op_synchronize, op_graph_write,
 };
 
 static void program(uint64_t seed)
 {
     rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    int with_other_context = !blocking_only && seed % 4 == 0;
     streams[0] = CU_STREAM_LEGACY;
     streams[1] = CU_STREAM_PER_THREAD;
     nstreams = 2;
-    for (int i = 0; i < OPS; i++) ops[pick(sizeof ops / sizeof *ops)]();
+    for (int i = 0; i < OPS; i++) {
+        /* One program in four meets another context once. */
+        if (with_other_context && i == OPS / 2) op_other_context();
+        ops[pick(sizeof ops / sizeof *ops)]();
+    }
     while (nbuffers) {
         op_read_back();
         CHECK_CU(cuMemFree(buffers[--nbuffers].ptr));

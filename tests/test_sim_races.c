@@ -5,8 +5,8 @@
  * few driver calls without cupool and says whether a race must be reported:
  * work on a non-blocking stream unordered with the allocation, the free or
  * another write, next to the same patterns made safe by an event, the
- * legacy stream's implicit order, a host synchronization or disjoint
- * ranges.  SIMCUDA_RACES=count keeps the process going after a report; by
+ * legacy stream's implicit order (which outlives a destroyed blocking
+ * stream), a host synchronization or disjoint ranges.  SIMCUDA_RACES=count keeps the process going after a report; by
  * default the first report ends the process with status 3, which the last
  * case checks.  Simulator only: skipped on the real driver.
  */
@@ -63,6 +63,20 @@ static void legacy_then_blocking(void) { block_life(CU_STREAM_LEGACY, blocking, 
 static void legacy_then_per_thread(void) { block_life(CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CU_STREAM_LEGACY); }
 static void free_on_legacy_after_non_blocking_write(void) { block_life(nb_a, nb_a, CU_STREAM_LEGACY); }
 static void free_on_its_stream(void) { block_life(nb_a, nb_a, nb_a); }
+
+/* A block written on a stream that is destroyed before the free. */
+static void free_after_writer_destroyed(unsigned flags)
+{
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, flags));
+    CUdeviceptr p = pool_block(s);
+    memset_on(p, BYTES, s);
+    CHECK_CU(cuStreamDestroy(s));
+    CHECK_CU(cuMemFreeAsync(p, CU_STREAM_LEGACY));
+}
+
+static void blocking_writer_destroyed(void) { free_after_writer_destroyed(CU_STREAM_DEFAULT); }
+static void non_blocking_writer_destroyed(void) { free_after_writer_destroyed(CU_STREAM_NON_BLOCKING); }
 
 static void two_writers(void)
 {
@@ -164,6 +178,8 @@ static const struct {
     { "allocated on legacy, used on the per-thread stream", legacy_then_per_thread, 0 },
     { "freed on legacy after a non-blocking write", free_on_legacy_after_non_blocking_write, 1 },
     { "freed on the writer's stream", free_on_its_stream, 0 },
+    { "freed on legacy after its blocking writer was destroyed", blocking_writer_destroyed, 0 },
+    { "freed on legacy after its non-blocking writer was destroyed", non_blocking_writer_destroyed, 1 },
     { "two writers on non-blocking streams", two_writers, 1 },
     { "two writers, stream synchronized between", writers_with_stream_sync, 0 },
     { "two writers, event queried complete between", writers_with_event_query, 0 },

@@ -75,6 +75,7 @@ typedef struct {
     size_t len;
 } sim_clock;
 
+
 struct CUctx_st {
     int device;
     bool primary;
@@ -88,6 +89,7 @@ struct CUctx_st {
     struct CUstream_st *legacy_stream; /* what CU_STREAM_LEGACY / NULL name */
     unsigned long long synchronizations; /* cuCtxSynchronize calls that succeeded (simcuda_ctx_synchronizations) */
     unsigned long long legacy_records;   /* events recorded on its legacy stream (simcuda_legacy_event_records) */
+    sim_clock retired; /* race checker: the work of its destroyed blocking streams, which the legacy stream still waits for */
 };
 
 typedef enum { SIM_STREAM_CREATED, SIM_STREAM_LEGACY, SIM_STREAM_PER_THREAD } sim_stream_kind;

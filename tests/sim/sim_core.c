@@ -451,6 +451,7 @@ static void ctx_teardown(CUcontext ctx)
     sim_vec_free(&ctx->streams);
     sim_vec_free(&ctx->events);
     sim_vec_free(&ctx->modules);
+    sim_clock_free(&ctx->retired);
     ctx->legacy_stream = NULL;
     ctx->alive = false;
 }

@@ -123,6 +123,11 @@ static size_t stream_slot(CUstream s)
 void sim_race_stream_forget(CUstream s)
 {
     if (current == s) current = NULL;
+    /* Work already given to a blocking stream stays before the legacy
+     * stream's later work when the stream is destroyed: CUDA orders
+     * legacy-stream work after all prior work of the blocking streams. */
+    if (s->kind == SIM_STREAM_CREATED && sim_stream_is_blocking(s) && s->ctx->alive)
+        clock_join(&s->ctx->retired, &s->clock);
     if (s->race_slot) sim_vec_push(&free_slots, (void *)(uintptr_t)s->race_slot);
     s->race_slot = 0;
     sim_clock_free(&s->clock);
@@ -143,6 +148,7 @@ static void order_next(CUstream s)
     size_t slot = stream_slot(s);
     clock_join(&s->clock, &host);
     if (s->kind == SIM_STREAM_LEGACY) {
+        clock_join(&s->clock, &s->ctx->retired);
         for (size_t i = 0; i < s->ctx->streams.len; i++) {
             CUstream b = s->ctx->streams.items[i];
             if (b != s && sim_stream_is_blocking(b)) clock_join(&s->clock, &b->clock);
