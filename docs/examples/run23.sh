@@ -15,7 +15,9 @@
 #    test_bad_input on the real driver again, after the fixes call g led to
 #    (a per-thread-stream capture that cupool's cuStreamGetCtx of the legacy
 #    stream invalidated; cuGetProcAddress with a NULL name, which crashes
-#    the driver itself, left out of the table there).
+#    the driver itself, left out of the table there), and test_kernel_race,
+#    which now also destroys a blocking kernel stream right after the launch
+#    (does the legacy stream still wait for its work, as `ordered` assumes?).
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -31,8 +33,9 @@ g)
     ;;
 s)
     build build-gpu
-    real_check 120 2 test_edges test_bad_input
+    real_check 150 3 test_edges test_bad_input test_kernel_race
     grep -E "FAILED|differ" build-gpu/tests/test_edges.log build-gpu/tests/test_bad_input.log | head
+    grep -E "destroyed|FAILED" build-gpu/tests/test_kernel_race.log | head -20
     cp build-gpu/tests/test_bad_input.log $OUT/r/ 2>/dev/null
     BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-230} timeout 400 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
