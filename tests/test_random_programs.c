@@ -16,8 +16,9 @@
  * back, synchronizes a stream or the context now and then, and frees
  * buffers in any order.  The modes: native (which checks the generator),
  * auto, deferred and sync; `ordered` and `auto` once more on programs whose
- * streams are all blocking, the programs `ordered` is made for.  Simulator
- * only.
+ * streams are all blocking, the programs `ordered` is made for; then again
+ * with 1 MiB stores (blocks handed back all the time), the split policy and
+ * every graph memset rewritten into a kernel node.  Simulator only.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -261,5 +262,14 @@ int main(int argc, char **argv)
     int failed = tl_run_modes(modes, 5, NULL, 120, NULL);
     printf("-- programs whose streams are all blocking:\n");
     failed += tl_run_modes(blocking_modes, 2, blocking, 120, NULL);
+    /* Stores small enough to hand blocks back all the time, the split
+     * policy, and every graph memset rewritten into a kernel node. */
+    static const char *const small_stores[] = {"CUPOOL_ORDERED_READY=1M", "CUPOOL_DEFERRED_READY=1M",
+                                               "CUPOOL_POLICY=split", "CUPOOL_MEMSET=kernel", NULL};
+    static const char *const small_stores_blocking[] = {"CUPOOL_ORDERED_READY=1M", "CUPOOL_POLICY=split",
+                                                        "CUPOOL_MEMSET=kernel", "TEST_BLOCKING_ONLY=1", NULL};
+    printf("-- with 1 MiB stores, the split policy and memset nodes rewritten:\n");
+    failed += tl_run_modes(modes + 1, 4, small_stores, 120, NULL);
+    failed += tl_run_modes(blocking_modes, 1, small_stores_blocking, 120, NULL);
     return failed ? 1 : 0;
 }
