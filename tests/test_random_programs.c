@@ -23,7 +23,9 @@
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define OPS 400
@@ -37,13 +39,19 @@ typedef struct {
     unsigned char value;
 } buffer_t;
 
-static uint64_t rng;
+#define THREADS 4
+#define SCRATCH_BYTES ((size_t)4 << 20)
+
+/* Each thread runs programs of its own. */
 static int blocking_only;
-static CUstream streams[MAX_STREAMS + 2]; /* [0] legacy, [1] per-thread, then created ones */
-static int nstreams;
-static buffer_t buffers[MAX_BUFFERS];
-static int nbuffers;
-static unsigned char scratch[4 << 20];
+static CUcontext primary;
+static __thread uint64_t rng;
+static __thread int threaded;
+static __thread CUstream streams[MAX_STREAMS + 2]; /* [0] legacy, [1] per-thread, then created ones */
+static __thread int nstreams;
+static __thread buffer_t buffers[MAX_BUFFERS];
+static __thread int nbuffers;
+static __thread unsigned char *scratch;
 
 static unsigned pick(unsigned n) { return (unsigned)(tl_rand(&rng) % n); }
 
@@ -146,6 +154,7 @@ static void op_read_back(void)
 {
     if (nbuffers == 0) return;
     buffer_t *b = &buffers[pick((unsigned)nbuffers)];
+    if (!scratch && !(scratch = malloc(SCRATCH_BYTES))) CHECK_FAIL("no memory for the read-back buffer");
     CHECK_CU(cuMemcpyDtoHAsync(scratch, b->ptr, b->bytes, b->owner));
     CHECK_CU(cuStreamSynchronize(b->owner));
     for (size_t i = 0; i < b->bytes; i++)
@@ -161,7 +170,10 @@ static void op_synchronize(void)
 
 /* A write as a graph's memset node (which cupool may rewrite into a kernel
  * node), built by hand or captured from the owner stream (not the legacy or
- * per-thread one, which cannot be captured here), launched there. */
+ * per-thread one, which cannot be captured here), launched there.  With
+ * threads, a capture is relaxed and on a non-blocking stream: a global one
+ * forbids the other threads' allocations and synchronizations, and their
+ * legacy-stream work would join a blocking stream's capture. */
 static void op_graph_write(void)
 {
     if (nbuffers == 0) return;
@@ -172,8 +184,14 @@ static void op_graph_write(void)
     CHECK_CU(cuCtxGetCurrent(&ctx));
     b->value = (unsigned char)pick(256);
     int captured = b->owner != CU_STREAM_LEGACY && b->owner != CU_STREAM_PER_THREAD && pick(2);
+    if (captured && threaded) {
+        unsigned flags;
+        CHECK_CU(cuStreamGetFlags(b->owner, &flags));
+        captured = flags == CU_STREAM_NON_BLOCKING;
+    }
     if (captured) {
-        CHECK_CU(cuStreamBeginCapture(b->owner, pick(2) ? CU_STREAM_CAPTURE_MODE_GLOBAL : CU_STREAM_CAPTURE_MODE_RELAXED));
+        int global = !threaded && pick(2);
+        CHECK_CU(cuStreamBeginCapture(b->owner, global ? CU_STREAM_CAPTURE_MODE_GLOBAL : CU_STREAM_CAPTURE_MODE_RELAXED));
         CHECK_CU(cuMemsetD8Async(b->ptr, b->value, b->bytes, b->owner));
         CHECK_CU(cuStreamEndCapture(b->owner, &g));
     } else {
@@ -234,17 +252,43 @@ static void program(uint64_t seed)
     while (nstreams > 2) CHECK_CU(cuStreamDestroy(streams[--nstreams]));
 }
 
+typedef struct {
+    uint64_t first, count;
+} seeds_t;
+
+static void *run_programs(void *arg)
+{
+    const seeds_t *seeds = arg;
+    threaded = seeds->first > 1000;
+    CHECK_CU(cuCtxSetCurrent(primary));
+    for (uint64_t seed = seeds->first; seed < seeds->first + seeds->count; seed++) program(seed);
+    free(scratch);
+    scratch = NULL;
+    return NULL;
+}
+
+/* Half the programs one after the other, then the other half on THREADS
+ * threads at once, each with its own streams and buffers: under cupool
+ * they share the pools and stores. */
 static int child(void)
 {
     /* Under valgrind (tests/test_memcheck.sh) a tenth of them. */
     const char *valgrind = getenv("CUPOOL_TEST_VALGRIND");
-    int programs = valgrind && strcmp(valgrind, "1") == 0 ? 6 : 60;
+    uint64_t programs = valgrind && strcmp(valgrind, "1") == 0 ? 8 : 64;
     blocking_only = getenv("TEST_BLOCKING_ONLY") != NULL;
-    tl_init(0);
-    for (uint64_t seed = 1; seed <= (uint64_t)programs; seed++) program(seed);
+    primary = tl_init(0);
+    seeds_t alone = {1, programs / 2}, each[THREADS];
+    run_programs(&alone);
+    pthread_t threads[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        each[t] = (seeds_t){1001 + (uint64_t)t * 1000, programs / 2 / THREADS};
+        CHECK_EQ(pthread_create(&threads[t], NULL, run_programs, &each[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++) CHECK_EQ(pthread_join(threads[t], NULL), 0);
     CHECK_CU(cuCtxSynchronize());
     if (!tl_native()) CHECK_EQ(tl_stats(0).in_use, 0);
-    printf("%d programs of %d calls each: no race, every byte as written\n", programs, OPS);
+    printf("%llu programs of %d calls each (half of them on %d threads at once): no race, every byte as written\n",
+           (unsigned long long)programs, OPS, THREADS);
     return 0;
 }
 

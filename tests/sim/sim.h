@@ -89,7 +89,10 @@ struct CUctx_st {
     struct CUstream_st *legacy_stream; /* what CU_STREAM_LEGACY / NULL name */
     unsigned long long synchronizations; /* cuCtxSynchronize calls that succeeded (simcuda_ctx_synchronizations) */
     unsigned long long legacy_records;   /* events recorded on its legacy stream (simcuda_legacy_event_records) */
-    sim_clock retired; /* race checker: the work of its destroyed blocking streams, which the legacy stream still waits for */
+    /* race checker: the work of its destroyed streams, which a context-wide
+     * synchronization or event still covers, and of those that were
+     * blocking, which the legacy stream still waits for */
+    sim_clock retired, retired_blocking;
 };
 
 typedef enum { SIM_STREAM_CREATED, SIM_STREAM_LEGACY, SIM_STREAM_PER_THREAD } sim_stream_kind;

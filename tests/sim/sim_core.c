@@ -452,6 +452,7 @@ static void ctx_teardown(CUcontext ctx)
     sim_vec_free(&ctx->events);
     sim_vec_free(&ctx->modules);
     sim_clock_free(&ctx->retired);
+    sim_clock_free(&ctx->retired_blocking);
     ctx->legacy_stream = NULL;
     ctx->alive = false;
 }

@@ -123,11 +123,14 @@ static size_t stream_slot(CUstream s)
 void sim_race_stream_forget(CUstream s)
 {
     if (current == s) current = NULL;
-    /* Work already given to a blocking stream stays before the legacy
-     * stream's later work when the stream is destroyed: CUDA orders
-     * legacy-stream work after all prior work of the blocking streams. */
-    if (s->kind == SIM_STREAM_CREATED && sim_stream_is_blocking(s) && s->ctx->alive)
+    /* Work already given to a stream stays work of the context when the
+     * stream is destroyed (cuCtxSynchronize and cuCtxRecordEvent cover it);
+     * a blocking stream's stays before the legacy stream's later work, as
+     * CUDA orders legacy-stream work after all prior blocking-stream work. */
+    if (s->kind == SIM_STREAM_CREATED && s->ctx->alive) {
         clock_join(&s->ctx->retired, &s->clock);
+        if (sim_stream_is_blocking(s)) clock_join(&s->ctx->retired_blocking, &s->clock);
+    }
     if (s->race_slot) sim_vec_push(&free_slots, (void *)(uintptr_t)s->race_slot);
     s->race_slot = 0;
     sim_clock_free(&s->clock);
@@ -148,7 +151,7 @@ static void order_next(CUstream s)
     size_t slot = stream_slot(s);
     clock_join(&s->clock, &host);
     if (s->kind == SIM_STREAM_LEGACY) {
-        clock_join(&s->clock, &s->ctx->retired);
+        clock_join(&s->clock, &s->ctx->retired_blocking);
         for (size_t i = 0; i < s->ctx->streams.len; i++) {
             CUstream b = s->ctx->streams.items[i];
             if (b != s && sim_stream_is_blocking(b)) clock_join(&s->clock, &b->clock);
@@ -313,6 +316,7 @@ void sim_race_ctx_record(CUevent e, CUcontext ctx)
     if (!checking()) return;
     sim_clock_free(&e->clock);
     clock_join(&e->clock, &host);
+    clock_join(&e->clock, &ctx->retired);
     for (size_t i = 0; i < ctx->streams.len; i++) clock_join(&e->clock, &((CUstream)ctx->streams.items[i])->clock);
 }
 
@@ -336,6 +340,7 @@ void sim_race_host_waits_event(CUevent e)
 void sim_race_host_waits_ctx(CUcontext ctx)
 {
     if (!checking() || !ctx->alive) return;
+    clock_join(&host, &ctx->retired);
     for (size_t i = 0; i < ctx->streams.len; i++) clock_join(&host, &((CUstream)ctx->streams.items[i])->clock);
 }
 
