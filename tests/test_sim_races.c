@@ -78,6 +78,25 @@ static void free_after_writer_destroyed(unsigned flags)
 static void blocking_writer_destroyed(void) { free_after_writer_destroyed(CU_STREAM_DEFAULT); }
 static void non_blocking_writer_destroyed(void) { free_after_writer_destroyed(CU_STREAM_NON_BLOCKING); }
 
+/* A context-wide event recorded after the writer was destroyed still
+ * covers its work ("all the activities of the context"). */
+static void context_event_after_writer_destroyed(void)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUevent e;
+    CHECK_CU(cuCtxGetCurrent(&ctx));
+    CHECK_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p = pool_block(s);
+    memset_on(p, BYTES, s);
+    CHECK_CU(cuStreamDestroy(s));
+    CHECK_CU(cuCtxRecordEvent(ctx, e));
+    CHECK_CU(cuStreamWaitEvent(nb_b, e, 0));
+    CHECK_CU(cuMemFreeAsync(p, nb_b));
+    CHECK_CU(cuEventDestroy(e));
+}
+
 static void two_writers(void)
 {
     memset_on(plain, BYTES, nb_a);
@@ -180,6 +199,7 @@ static const struct {
     { "freed on the writer's stream", free_on_its_stream, 0 },
     { "freed on legacy after its blocking writer was destroyed", blocking_writer_destroyed, 0 },
     { "freed on legacy after its non-blocking writer was destroyed", non_blocking_writer_destroyed, 1 },
+    { "freed after a context event, its writer destroyed before", context_event_after_writer_destroyed, 0 },
     { "two writers on non-blocking streams", two_writers, 1 },
     { "two writers, stream synchronized between", writers_with_stream_sync, 0 },
     { "two writers, event queried complete between", writers_with_event_query, 0 },
