@@ -4,17 +4,17 @@
  * into its buffer; the program frees the buffer at once (natively cuMemFree
  * waits for the kernel), allocates the same size again and fills it with
  * another pattern on another stream.  The old kernel must never clobber the
- * new block.  Runs for blocking and non-blocking streams, and for a
- * blocking kernel stream the program destroys right after the launch (the
- * legacy stream still waits for its work, which `ordered` relies on), in
- * every free mode (one process each), and natively to check the test
- * itself.  With
+ * new block.  Runs for blocking and non-blocking streams, each also with
+ * the kernel stream destroyed right after the launch (its work must stay
+ * ordered: before the legacy stream's later work if it was blocking, and
+ * under a context-wide event or synchronization either way), in every free
+ * mode (one process each), and natively to check the test itself.  With
  * CUPOOL_FREE=ordered forced on a non-blocking stream, the race is the
  * documented expectation (DESIGN.md).
  *
  * On a GPU the test reads the new block back: corruption is the failure, and
- * under forced `ordered` on non-blocking streams it is asserted whenever the
- * new block reused the old address.  On the simulator, which runs each
+ * under forced `ordered` on non-blocking streams (destroyed or not) it is
+ * asserted whenever the new block reused the old address.  On the simulator, which runs each
  * operation at once, the kernel can never be late; its race checker
  * (SIMCUDA_RACES=count) reports instead every access or free that CUDA's
  * stream order does not place after the kernel's write, whatever the timing:
@@ -104,8 +104,8 @@ static CUfunction spin;
 
 /* One try: returns the number of words of the new block not holding the new
  * pattern; *reused says whether the new block overlaps the old one. */
-static size_t one_try(CUstream *kernel_stream_p, int destroy_kernel_stream, CUstream fill_stream, uint32_t *host,
-                      int *reused)
+static size_t one_try(CUstream *kernel_stream_p, unsigned kernel_stream_flags, int destroy_kernel_stream,
+                      CUstream fill_stream, uint32_t *host, int *reused)
 {
     CUstream kernel_stream = *kernel_stream_p;
     size_t bytes = words * 4;
@@ -117,7 +117,7 @@ static size_t one_try(CUstream *kernel_stream_p, int destroy_kernel_stream, CUst
     CHECK_CU(cuLaunchKernel(spin, 264, 1, 1, 256, 1, 1, 0, kernel_stream, params, NULL));
     if (destroy_kernel_stream) { /* at once, the kernel still running; a fresh one for the next try */
         CHECK_CU(cuStreamDestroy(kernel_stream));
-        CHECK_CU(cuStreamCreate(kernel_stream_p, CU_STREAM_DEFAULT));
+        CHECK_CU(cuStreamCreate(kernel_stream_p, kernel_stream_flags));
     }
     CHECK_CU(cuMemFree(old_buf));
     CHECK_CU(cuMemAlloc(&new_buf, bytes));
@@ -148,11 +148,14 @@ static int child(void)
     uint32_t *host = malloc(words * 4);
     CHECK_TRUE(host != NULL);
     int failed = 0;
-    /* Blocking streams first: under auto the context is still ordered. */
-    /* kind 1: a blocking kernel stream destroyed right after the launch,
-     * which the legacy stream must still wait for (`ordered` relies on it). */
-    for (int kind = 0; kind < 3; kind++) {
-        int destroyed = kind == 1, nonblocking = kind == 2;
+    /* Blocking streams first: under auto the context is still ordered.
+     * Kinds 1 and 3 destroy the kernel stream right after the launch: the
+     * legacy stream must still wait for a blocking one's work (`ordered`
+     * relies on it), and a context-wide event or synchronization for
+     * either's (`deferred` and `sync` rely on that). */
+    static const char *const kinds[] = {"blocking", "destroyed", "non-blocking", "nb-destroyed"};
+    for (int kind = 0; kind < 4; kind++) {
+        int destroyed = kind % 2, nonblocking = kind >= 2;
         unsigned flags = nonblocking ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT;
         CUstream ks, fs;
         CHECK_CU(cuStreamCreate(&ks, flags));
@@ -165,14 +168,14 @@ static int child(void)
             for (int t = 0; t < TRIES; t++) {
                 int reused;
                 long long before = races ? races() : 0;
-                size_t bad = one_try(&ks, destroyed, fills[f], host, &reused);
+                size_t bad = one_try(&ks, flags, destroyed, fills[f], host, &reused);
                 reused_count += reused;
                 corrupted += bad != 0;
                 raced += races && races() > before;
                 if (bad > worst) worst = bad;
             }
             int expect_race = ordered && nonblocking;
-            const char *where = nonblocking ? "non-blocking" : destroyed ? "destroyed" : "blocking";
+            const char *where = kinds[kind];
             const char *fill = f ? "legacy" : "another";
             if (races) {
                 printf("%-8s %-12s kernel stream, fill on %-7s: races reported in %d/%d tries%s\n", mode, where, fill,
