@@ -752,12 +752,8 @@ void cupool_forget_stream(CUstream stream)
             if (c->streams[i] != stream) continue;
             c->streams[i] = c->streams[--c->nstreams];
             /* Its remaining work may still use blocks freed in deferred
-             * mode, which will no longer wait on it: let it finish. */
-            if (cupool_deferred_waiting(c)) {
-                CUstreamCaptureMode previous = cupool_relaxed_begin();
-                real_cuStreamSynchronize(stream);
-                cupool_relaxed_end(previous);
-            }
+             * mode, before or after this, which will no longer wait on it. */
+            cupool_deferred_stream_destroyed(c, stream);
             break;
         }
         pthread_mutex_unlock(&c->lock);

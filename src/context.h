@@ -81,6 +81,7 @@ typedef struct cupool_context {
     uint64_t deferred_bytes;                 /* freed but not yet back in a pool */
     uint64_t batch_start_ns;                 /* when the first pending free came */
     CUstream fence_stream;                   /* cupool's, waits for every stream's work */
+    int streams_folded;                      /* destroyed streams' work waited for on fence_stream (deferred.c) */
     CUevent scratch_event;                   /* recorded on each stream for the fence to wait on */
     CUevent *spare_events;
     int nspare, spare_cap;
@@ -272,6 +273,10 @@ static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
     return CUPOOL_HINT_READ(c->ready_bytes);
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
+/* The program is destroying one of the context's non-blocking streams,
+ * whose work may still use blocks it frees later: later fences must cover
+ * that work too.  c->lock held. */
+void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream);
 /* Around a synchronization of the context: what `before` answers just
  * before it, `synchronized` takes once it has succeeded, and the users of
  * every block `ordered` kept until then are known to be done (those blocks

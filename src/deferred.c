@@ -499,9 +499,10 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
             cupool_message(CUPOOL_MSG_WARN, "cuCtxRecordEvent failed (%s); deferred fences record an event on every "
                                             "stream from now on", cupool_result_name(r));
     }
-    /* With no non-blocking stream the legacy stream alone covers every
-     * use: the fence is an event recorded there, nothing to fan in. */
-    if (c->nstreams == 0) return real_cuEventRecord(fence, CU_STREAM_LEGACY);
+    /* With no non-blocking stream, and none destroyed whose work the fence
+     * stream waits for, the legacy stream alone covers every use: the fence
+     * is an event recorded there, nothing to fan in. */
+    if (c->nstreams == 0 && !c->streams_folded) return real_cuEventRecord(fence, CU_STREAM_LEGACY);
     CUresult r = CUDA_SUCCESS;
     if (!c->fence_stream) r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
     if (r == CUDA_SUCCESS && !c->scratch_event) r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
@@ -509,6 +510,32 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
      * before it, so one scratch event serves every stream. */
     for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++) r = fan_in(c, i < 0 ? CU_STREAM_LEGACY : c->streams[i]);
     return r == CUDA_SUCCESS ? real_cuEventRecord(fence, c->fence_stream) : r;
+}
+
+/* A stream destroyed with work still queued is no longer among those the
+ * per-stream fan-in visits, yet that work may use a block the program frees
+ * after the destroy (natively cuMemFree would wait for it).  Its work is
+ * folded into the fence stream, where every later fence waits: one event
+ * and one wait, no host wait.  A context-wide fence (cuCtxRecordEvent)
+ * covers all the context's work, a destroyed stream's included, and with
+ * it nothing is folded; blocks freed before the destroy whose fence is not
+ * recorded yet, or a fold that fails or would touch a stream capture, get
+ * the stream synchronized instead, as before. */
+void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream)
+{
+    int per_stream = !context_fences() && atomic_load(&c->mode) == CUPOOL_FREE_DEFERRED;
+    CUresult r = CUDA_ERROR_NOT_READY;
+    if (per_stream && atomic_load(&cupool_hot.captures) == 0) {
+        r = CUDA_SUCCESS;
+        if (!c->fence_stream) r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
+        if (r == CUDA_SUCCESS && !c->scratch_event) r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
+        if (r == CUDA_SUCCESS) r = fan_in(c, stream);
+        if (r == CUDA_SUCCESS) c->streams_folded = 1;
+    }
+    if (r == CUDA_SUCCESS || !(per_stream || cupool_deferred_waiting(c))) return;
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    real_cuStreamSynchronize(stream);
+    cupool_relaxed_end(previous);
 }
 
 /* Records `fence` unless a stream capture is in progress (the fence would

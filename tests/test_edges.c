@@ -11,7 +11,14 @@
  *   it, and the real end must still succeed;
  * - a stream, a context or the primary context (reset, or released for the
  *   last time) destroyed while a stream captures, where the driver lets it
- *   be: the capture is over, or every later free would be held for it.
+ *   be: the capture is over, or every later free would be held for it;
+ * - a non-blocking stream destroyed while its work still writes a block the
+ *   program frees afterwards (natively cuMemFree waits for that work), with
+ *   deferred fences made per stream (CUPOOL_DEFERRED_FENCE=streams, as under
+ *   a CUDA tool): a later fence must still wait for that work, or the block
+ *   comes back while it is written.  On the simulator the race checker
+ *   stops the process if it does; on a GPU the block must read back as the
+ *   program's new fill.
  * Each case runs as its own child process (cupool's state is per process).
  */
 #define _GNU_SOURCE
@@ -101,22 +108,46 @@ static int capture_killed(const char *how)
     return 0;
 }
 
+static int destroyed_writer(void)
+{
+    tl_init(0);
+    CUstream s;
+    CUdeviceptr old_block, block;
+    size_t bytes = 16 * MIB;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); /* auto -> deferred */
+    CHECK_CU(cuMemAlloc(&old_block, bytes));
+    CHECK_CU(cuMemsetD8Async(old_block, 1, bytes, s));
+    CHECK_CU(cuStreamDestroy(s));
+    CHECK_CU(cuMemFree(old_block));
+    for (int i = 0; i < 4; i++) {
+        CHECK_CU(cuMemAlloc(&block, bytes));
+        tl_fill(block, bytes, 0x600d0000u + (unsigned)i);
+        CHECK_EQ(tl_spot_check(block, bytes, 0x600d0000u + (unsigned)i), 0);
+        CHECK_CU(cuMemFree(block));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--primary") == 0) return primary_destroy();
     if (argc > 1 && strcmp(argv[1], "--ptds") == 0) return per_thread_capture();
     if (argc > 1 && strcmp(argv[1], "--end") == 0) return failed_end();
     if (argc > 2 && strcmp(argv[1], "--killed") == 0) return capture_killed(argv[2]);
+    if (argc > 1 && strcmp(argv[1], "--destroyed-writer") == 0) return destroyed_writer();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
     static const char *const cases[][2] = {{"--primary", NULL}, {"--ptds", NULL}, {"--end", NULL},
                                            {"--killed", "stream"}, {"--killed", "context"},
-                                           {"--killed", "reset"},  {"--killed", "release"}};
+                                           {"--killed", "reset"},  {"--killed", "release"},
+                                           {"--destroyed-writer", NULL}};
+    static const char *const per_stream_fences[] = {"CUPOOL_DEFERRED_FENCE=streams", NULL};
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[] = {cases[i][0], cases[i][1], NULL};
         tl_child_t native, pooled;
-        tl_run_self(args, NULL, 1, 60, &native);
-        tl_run_self(args, NULL, 0, 60, &pooled);
+        const char *const *env = strcmp(cases[i][0], "--destroyed-writer") == 0 ? per_stream_fences : NULL;
+        tl_run_self(args, env, 1, 60, &native);
+        tl_run_self(args, env, 0, 60, &pooled);
         /* What works natively must work with cupool. */
         int ok = native.status != 0 || pooled.status == 0 || pooled.status == CHECK_SKIP;
         char name[64];

@@ -98,16 +98,27 @@ void sim_clock_free(sim_clock *c)
 
 /* ---- streams ------------------------------------------------------------------ */
 
-/* A slot of a destroyed stream is reused; its entry goes on rising from where
- * the old stream left it, so nothing the old stream did looks ordered before
- * the new stream's work. */
+/* The slot of a destroyed stream is reused once the host has seen all its
+ * work complete: the new stream's entry starts where the old one's ended,
+ * which then claims nothing untrue.  (Reused earlier, the old stream's work
+ * would look done to whatever waits for the new stream.) */
+static bool take_free_slot(size_t *slot)
+{
+    for (size_t i = 0; i < free_slots.len; i++) {
+        size_t candidate = (size_t)(uintptr_t)free_slots.items[i] - 1;
+        if (clock_at(&host, candidate) < slot_top[candidate]) continue;
+        free_slots.items[i] = free_slots.items[--free_slots.len];
+        *slot = candidate;
+        return true;
+    }
+    return false;
+}
+
 static size_t stream_slot(CUstream s)
 {
     if (s->race_slot) return s->race_slot - 1;
     size_t slot;
-    if (free_slots.len) {
-        slot = (size_t)(uintptr_t)free_slots.items[--free_slots.len] - 1;
-    } else {
+    if (!take_free_slot(&slot)) {
         unsigned long long *top = realloc(slot_top, (slot_count + 1) * sizeof *top);
         if (!top) abort();
         slot_top = top;
