@@ -297,6 +297,67 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     return cupool_call_end(&call, r);
 }
 
+/* ---- the program's own stream-ordered allocations ----------------------------
+ * cupool passes them to the driver untouched, but what its pools keep on the
+ * device may be the memory such an allocation is missing (natively it would
+ * be there): on CUDA_ERROR_OUT_OF_MEMORY cupool hands back what it holds on
+ * the current context's device, as for its own allocations, and the driver
+ * is asked once more.  Not during a capture, where the allocation becomes a
+ * graph node and the hand-back could not synchronize. */
+static int trimmed_for(CUresult r)
+{
+    cupool_context_t *c;
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || !cupool_active() || cupool_capturing() || !(c = cupool_current_context()) ||
+        !c->device->pooled)
+        return 0;
+    atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
+    cupool_trim_device(c);
+    return 1;
+}
+
+static CUresult own_alloc_done(cupool_call_t *call, CUresult r, const CUdeviceptr *dptr, size_t size,
+                               CUstream stream)
+{
+    call->route = CUPOOL_ROUTE_NATIVE;
+    call->size = size;
+    call->stream = stream;
+    if (r == CUDA_SUCCESS) call->ptr = *dptr;
+    return r;
+}
+
+CUPOOL_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemAllocAsync);
+    CUresult r = real_cuMemAllocAsync(dptr, size, stream);
+    if (trimmed_for(r)) r = real_cuMemAllocAsync(dptr, size, stream);
+    return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
+}
+
+CUPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemAllocAsync_ptsz);
+    CUresult r = real_cuMemAllocAsync_ptsz(dptr, size, stream);
+    if (trimmed_for(r)) r = real_cuMemAllocAsync_ptsz(dptr, size, stream);
+    return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
+}
+
+CUPOOL_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemAllocFromPoolAsync);
+    CUresult r = real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
+    if (trimmed_for(r)) r = real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
+    return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
+}
+
+CUPOOL_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                                   CUstream stream)
+{
+    CUPOOL_SHIM_BEGIN(call, cuMemAllocFromPoolAsync_ptsz);
+    CUresult r = real_cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, stream);
+    if (trimmed_for(r)) r = real_cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, stream);
+    return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
+}
+
 /* The program frees a block cupool made with its own stream-ordered free:
  * the driver does the free, cupool forgets the record.  A block the program
  * already freed (still waiting in a deferred list) gets the driver's answer

@@ -26,6 +26,10 @@
     X(cuMemAllocPitch_v2,               "cuMemAllocPitch",                3020,  CUPOOL_ANY)    \
     X(cuMemFree_v2,                     "cuMemFree",                      3020,  CUPOOL_ANY)    \
     X(cuMemGetInfo_v2,                  "cuMemGetInfo",                   3020,  CUPOOL_ANY)    \
+    X(cuMemAllocAsync,                  "cuMemAllocAsync",                11020, CUPOOL_LEGACY) \
+    X(cuMemAllocAsync_ptsz,             "cuMemAllocAsync",                11020, CUPOOL_PTDS)   \
+    X(cuMemAllocFromPoolAsync,          "cuMemAllocFromPoolAsync",        11020, CUPOOL_LEGACY) \
+    X(cuMemAllocFromPoolAsync_ptsz,     "cuMemAllocFromPoolAsync",        11020, CUPOOL_PTDS)   \
     X(cuMemFreeAsync,                   "cuMemFreeAsync",                 11020, CUPOOL_LEGACY) \
     X(cuMemFreeAsync_ptsz,              "cuMemFreeAsync",                 11020, CUPOOL_PTDS)   \
     X(cuIpcGetMemHandle,                "cuIpcGetMemHandle",              4010,  CUPOOL_ANY)    \
@@ -96,7 +100,6 @@
     X(cuMemPoolGetAttribute)       \
     X(cuMemPoolTrimTo)             \
     X(cuMemPoolSetAccess)          \
-    X(cuMemAllocFromPoolAsync)     \
     X(cuPointerGetAttribute)       \
     X(cuModuleLoadData)            \
     X(cuModuleGetFunction)         \

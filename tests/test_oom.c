@@ -5,7 +5,9 @@
  * of the largest that succeeds natively (binary search, natively in a child
  * without cupool).  Allocating until out of memory ends in exactly
  * CUDA_ERROR_OUT_OF_MEMORY, and after freeing everything the same amount can
- * be allocated again.  On the simulator the device has 64 MiB
+ * be allocated again; and the program's own cuMemAllocAsync and
+ * cuMemAllocFromPoolAsync, which cupool passes on, still get memory the
+ * pools keep.  On the simulator the device has 64 MiB
  * (SIMCUDA_MEM=64M); on a GPU the same runs at device scale in 64 MiB steps.
  */
 #define _GNU_SOURCE
@@ -136,6 +138,24 @@ int main(int argc, char **argv)
     tl_fill(p, pooled_max / 2, 0x0badf00d);
     CHECK_EQ(tl_spot_check(p, pooled_max / 2, 0x0badf00d), 0);
     CHECK_CU(cuMemFree(p));
+    /* The program's own stream-ordered allocations, which cupool passes on:
+     * with the pools holding the whole device again, what they keep must
+     * not be missing to those either. */
+    fill_device(block);
+    CUdeviceptr q;
+    CHECK_CU(cuMemAllocAsync(&q, pooled_max / 2, CU_STREAM_LEGACY));
+    CHECK_CU(cuMemFreeAsync(q, CU_STREAM_LEGACY));
+    fill_device(block);
+    CUmemoryPool own;
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CHECK_CU(cuMemPoolCreate(&own, &props));
+    CHECK_CU(cuMemAllocFromPoolAsync(&q, pooled_max / 2, own, CU_STREAM_LEGACY));
+    CHECK_CU(cuMemFreeAsync(q, CU_STREAM_LEGACY));
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuMemPoolDestroy(own));
+    printf("the program's own cuMemAllocAsync and cuMemAllocFromPoolAsync of %zu after the pools filled the device: "
+           "passed\n", pooled_max / 2);
     s = tl_stats(0);
     CHECK_EQ(s.in_use, 0);
     printf("trims %llu, OOM retries %llu\n", (unsigned long long)s.trims, (unsigned long long)s.oom_retries);

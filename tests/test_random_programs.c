@@ -11,10 +11,13 @@
  * A program creates and destroys blocking and non-blocking streams,
  * allocates buffers of 1 byte to 4 MiB (cuMemAlloc and cuMemAllocPitch),
  * each owned by one stream (the legacy stream, the per-thread stream or a
- * created one), writes them there (cuMemsetD8Async), copies between buffers
- * of one owner, hands a buffer to another stream with an event, reads it
- * back, synchronizes a stream or the context now and then, and frees
- * buffers in any order.  The modes: native (which checks the generator),
+ * created one), writes them there (cuMemsetD8Async, or from the host with
+ * cuMemcpyHtoD on the legacy stream), copies between buffers of one owner,
+ * hands a buffer to another stream with an event, reads it back, writes it
+ * through a graph (built, or captured), synchronizes a stream or the
+ * context now and then, makes and frees stream-ordered blocks of its own
+ * (which cupool passes on), and frees buffers in any order; one program in
+ * four meets a second context.  The modes: native (which checks the generator),
  * auto, deferred and sync; `ordered` and `auto` once more on programs whose
  * streams are all blocking, the programs `ordered` is made for; then again
  * with 1 MiB stores (blocks handed back all the time), the split policy and
@@ -228,9 +231,36 @@ static void op_other_context(void)
     CHECK_CU(cuCtxSetCurrent(self));
 }
 
+/* A write from the host (cuMemcpyHtoD, on the legacy stream), the buffer
+ * handed to the legacy stream first. */
+static void op_host_write(void)
+{
+    if (nbuffers == 0) return;
+    buffer_t *b = &buffers[pick((unsigned)nbuffers)];
+    if (!scratch && !(scratch = malloc(SCRATCH_BYTES))) CHECK_FAIL("no memory for the host buffer");
+    if (b->owner != CU_STREAM_LEGACY) hand_over(b->owner, CU_STREAM_LEGACY);
+    b->owner = CU_STREAM_LEGACY;
+    b->value = (unsigned char)pick(256);
+    memset(scratch, b->value, b->bytes);
+    CHECK_CU(cuMemcpyHtoD(b->ptr, scratch, b->bytes));
+}
+
+/* The program's own stream-ordered block, which cupool passes to the
+ * driver: allocated, written and freed on one stream. */
+static void op_own_async_block(void)
+{
+    CUstream s = any_stream();
+    CUdeviceptr p;
+    size_t bytes = 1 + pick(1 << 20);
+    CHECK_CU(cuMemAllocAsync(&p, bytes, s));
+    CHECK_CU(cuMemsetD8Async(p, 0x33, bytes, s));
+    CHECK_CU(cuMemFreeAsync(p, s));
+}
+
 static void (*const ops[])(void) = {
-    op_create_stream, op_destroy_stream, op_alloc, op_alloc, op_alloc, op_free, op_free, op_free,
-    op_write, op_write, op_copy, op_hand_over, op_read_back, op_synchronize, op_graph_write,
+    op_create_stream, op_destroy_stream, op_alloc,      op_alloc,       op_alloc,      op_free,
+    op_free,          op_free,           op_write,      op_write,       op_copy,       op_hand_over,
+    op_read_back,     op_synchronize,    op_graph_write, op_host_write, op_own_async_block,
 };
 
 static void program(uint64_t seed)
@@ -272,9 +302,11 @@ static void *run_programs(void *arg)
  * they share the pools and stores. */
 static int child(void)
 {
-    /* Under valgrind (tests/test_memcheck.sh) a tenth of them. */
-    const char *valgrind = getenv("CUPOOL_TEST_VALGRIND");
+    /* Under valgrind (tests/test_memcheck.sh) an eighth of them;
+     * TEST_RANDOM_PROGRAMS=N runs N, for a longer search. */
+    const char *valgrind = getenv("CUPOOL_TEST_VALGRIND"), *asked = getenv("TEST_RANDOM_PROGRAMS");
     uint64_t programs = valgrind && strcmp(valgrind, "1") == 0 ? 8 : 64;
+    if (asked && atoi(asked) >= 2 * THREADS) programs = (uint64_t)atoi(asked);
     blocking_only = getenv("TEST_BLOCKING_ONLY") != NULL;
     primary = tl_init(0);
     seeds_t alone = {1, programs / 2}, each[THREADS];
