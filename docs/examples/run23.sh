@@ -17,7 +17,9 @@
 #    stream invalidated; cuGetProcAddress with a NULL name, which crashes
 #    the driver itself, left out of the table there), and test_kernel_race,
 #    which now also destroys a blocking kernel stream right after the launch
-#    (does the legacy stream still wait for its work, as `ordered` assumes?).
+#    (does the legacy stream still wait for its work, as `ordered` assumes?),
+#    then test_oom alone (the program's own cuMemAllocAsync after cupool's
+#    pools filled the device).
 # Results in $OUT/r and $OUT/r.tgz.
 . "$(dirname "$0")/gpu-session.sh"
 
@@ -36,6 +38,8 @@ s)
     real_check 150 3 test_edges test_bad_input test_kernel_race
     grep -E "FAILED|differ" build-gpu/tests/test_edges.log build-gpu/tests/test_bad_input.log | head
     grep -E "destroyed|FAILED" build-gpu/tests/test_kernel_race.log | head -20
+    ( cd build-gpu && timeout 150 make check CUPOOL_TEST_DRIVER=real TESTS=tests/test_oom ) >$OUT/r/oom.txt 2>&1
+    echo "test_oom rc $?"; grep -E "largest|own|blocks of|FAIL|returned" build-gpu/tests/test_oom.log | head
     cp build-gpu/tests/test_bad_input.log $OUT/r/ 2>/dev/null
     BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-230} timeout 400 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
