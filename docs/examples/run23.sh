@@ -1,6 +1,6 @@
 #!/bin/bash
 # The twenty-third session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run23.sh g|s|t
+#   OUT=DIR bash docs/examples/run23.sh g|c|b|s|t
 # g: the twenty-second session's planned call (run22.sh g: the driver-facing
 #    fixes of that session on the real driver), plus the tests this session
 #    changed for the simulator's race checker: test_kernel_race, and
@@ -8,6 +8,7 @@
 #    blocking streams in place of non-blocking ones; then compute-sanitizer
 #    in every free mode on test_edges, test_bad_input, test_memset_api and
 #    test_modes (whose `ordered` run drew 64 reports before).
+# c: the correctness part of s alone; b: its benchmark part alone.
 # s, t: as run20.sh s and t (the benchmarks without PyTorch; the PyTorch
 #    stage and make check on the real driver), with this session's library
 #    (s leaves out run20's compute-sanitizer run of test_ready, for the
@@ -33,20 +34,24 @@ g)
     grep -E "corrupted|FAILED" build-gpu/tests/test_kernel_race.log | head -30
     sanitize 200 4 test_edges test_bad_input test_memset_api test_modes
     ;;
-s)
+c | s)
     build build-gpu
     real_check 150 3 test_edges test_bad_input test_kernel_race
     grep -E "FAILED|differ" build-gpu/tests/test_edges.log build-gpu/tests/test_bad_input.log | head
     grep -E "destroyed|FAILED" build-gpu/tests/test_kernel_race.log | head -20
+    cp build-gpu/tests/test_bad_input.log build-gpu/tests/test_kernel_race.log build-gpu/tests/test_edges.log $OUT/r/ 2>/dev/null
     ( cd build-gpu && timeout 150 make check CUPOOL_TEST_DRIVER=real TESTS=tests/test_oom ) >$OUT/r/oom.txt 2>&1
     echo "test_oom rc $?"; grep -E "largest|own|blocks of|FAIL|returned" build-gpu/tests/test_oom.log | head
-    cp build-gpu/tests/test_bad_input.log $OUT/r/ 2>/dev/null
+    [ $1 = s ] && bash "$0" b
+    ;;
+b)
+    ls build-gpu/.libs/libcupool.so >/dev/null 2>&1 || build build-gpu
     BENCH_ONLY="alloc loop memset cupy" BENCH_BUDGET=${BENCH_BUDGET:-230} timeout 400 sh scripts/bench-gpu.sh $OUT/r/s >$OUT/r/s.txt 2>&1
     echo "bench rc $?"; grep -E "^=== |MET|not met" $OUT/r/s.txt | tail -40
     sed -n '/five runs/,/^===/p' $OUT/r/s.txt | head -6
     rm -rf $OUT/r/s/logs
     ;;
 t) exec bash "$(dirname "$0")/run20.sh" t ;;
-*) echo "usage: OUT=DIR bash $0 g|s|t" >&2; exit 2 ;;
+*) echo "usage: OUT=DIR bash $0 g|c|b|s|t" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
