@@ -1,6 +1,6 @@
 #!/bin/bash
 # The twenty-third session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run23.sh g|c|b|s|t
+#   OUT=DIR bash docs/examples/run23.sh g|c|b|s|t|x
 # g: the twenty-second session's planned call (run22.sh g: the driver-facing
 #    fixes of that session on the real driver), plus the tests this session
 #    changed for the simulator's race checker: test_kernel_race, and
@@ -9,6 +9,11 @@
 #    in every free mode on test_edges, test_bad_input, test_memset_api and
 #    test_modes (whose `ordered` run drew 64 reports before).
 # c: the correctness part of s alone; b: its benchmark part alone.
+# x: CuPy on its default stream, its own pool against cupool (auto and
+#    sync) with this library and with 11dad4a's (carried in .old: the
+#    twenty-first session's first call measured CuPy at 0.832x there; call
+#    s read 2.118x), two interleaved rounds, one process each; then PyTorch
+#    train once beside the caching allocator.
 # s, t: as run20.sh s and t (the benchmarks without PyTorch; the PyTorch
 #    stage and make check on the real driver), with this session's library
 #    (s leaves out run20's compute-sanitizer run of test_ready, for the
@@ -52,6 +57,21 @@ b)
     rm -rf $OUT/r/s/logs
     ;;
 t) exec bash "$(dirname "$0")/run20.sh" t ;;
-*) echo "usage: OUT=DIR bash $0 g|c|b|s|t" >&2; exit 2 ;;
+x)
+    build_old_and_new
+    for round in 1 2; do
+        timeout 60 python3 bench/cupy_bench.py --worker pool --workload default 2>>$OUT/r/cupy.err | tail -1 |
+            python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('cupy pool', '%.3f' % r['ms_median'], r['peak_mib'])"
+        for lib in build-gpu .old/build-gpu; do
+            for free in auto sync; do
+                timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so --free $free -- \
+                    python3 bench/cupy_bench.py --worker nopool-cupool --workload default 2>>$OUT/r/cupy.err | tail -1 |
+                    python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('cupy $lib $free', '%.3f' % r['ms_median'], r['peak_mib'])"
+            done
+        done
+    done | tee $OUT/r/cupy-ab.txt
+    torch_rounds 1 "train" caching new | tee $OUT/r/torch.txt
+    ;;
+*) echo "usage: OUT=DIR bash $0 g|c|b|s|t|x" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
