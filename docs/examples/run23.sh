@@ -1,6 +1,6 @@
 #!/bin/bash
 # The twenty-third session's GPU calls, run on the GPU machine from the repository root:
-#   OUT=DIR bash docs/examples/run23.sh g|c|b|s|t|x
+#   OUT=DIR bash docs/examples/run23.sh g|c|b|s|t|x|y
 # g: the twenty-second session's planned call (run22.sh g: the driver-facing
 #    fixes of that session on the real driver), plus the tests this session
 #    changed for the simulator's race checker: test_kernel_race, and
@@ -14,6 +14,7 @@
 #    twenty-first session's first call measured CuPy at 0.832x there; call
 #    s read 2.118x), two interleaved rounds, one process each; then PyTorch
 #    train once beside the caching allocator.
+# y: x without the old library (three rounds of CuPy's pool and cupool).
 # s, t: as run20.sh s and t (the benchmarks without PyTorch; the PyTorch
 #    stage and make check on the real driver), with this session's library
 #    (s leaves out run20's compute-sanitizer run of test_ready, for the
@@ -72,6 +73,17 @@ x)
     done | tee $OUT/r/cupy-ab.txt
     torch_rounds 1 "train" caching new | tee $OUT/r/torch.txt
     ;;
-*) echo "usage: OUT=DIR bash $0 g|c|b|s|t|x" >&2; exit 2 ;;
+y)
+    build build-gpu
+    for round in 1 2 3; do
+        timeout 60 python3 bench/cupy_bench.py --worker pool --workload default 2>>$OUT/r/cupy.err | tail -1 |
+            python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('cupy pool', '%.3f' % r['ms_median'], r['peak_mib'])"
+        timeout 60 build-gpu/scripts/cupool --library build-gpu/.libs/libcupool.so -- \
+            python3 bench/cupy_bench.py --worker nopool-cupool --workload default 2>>$OUT/r/cupy.err | tail -1 |
+            python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('cupy cupool', '%.3f' % r['ms_median'], r['peak_mib'])"
+    done | tee $OUT/r/cupy-y.txt
+    torch_rounds 1 "train" caching new | tee $OUT/r/torch.txt
+    ;;
+*) echo "usage: OUT=DIR bash $0 g|c|b|s|t|x|y" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
