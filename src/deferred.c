@@ -477,6 +477,16 @@ static uint64_t batch_wait_ns(const cupool_context_t *c)
 }
 
 /* Makes the fence stream wait for the work submitted so far to one stream. */
+/* The fence stream and the scratch event of the per-stream fan-in, made at
+ * their first use. */
+static CUresult fan_in_ready(cupool_context_t *c)
+{
+    CUresult r = CUDA_SUCCESS;
+    if (!c->fence_stream) r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
+    if (r == CUDA_SUCCESS && !c->scratch_event) r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
+    return r;
+}
+
 static CUresult fan_in(cupool_context_t *c, CUstream stream)
 {
     CUresult r = real_cuEventRecord(c->scratch_event, stream);
@@ -503,9 +513,7 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
      * stream waits for, the legacy stream alone covers every use: the fence
      * is an event recorded there, nothing to fan in. */
     if (c->nstreams == 0 && !c->streams_folded) return real_cuEventRecord(fence, CU_STREAM_LEGACY);
-    CUresult r = CUDA_SUCCESS;
-    if (!c->fence_stream) r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
-    if (r == CUDA_SUCCESS && !c->scratch_event) r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
+    CUresult r = fan_in_ready(c);
     /* A wait enqueued by cuStreamWaitEvent holds on to the record made
      * before it, so one scratch event serves every stream. */
     for (int i = -1; r == CUDA_SUCCESS && i < c->nstreams; i++) r = fan_in(c, i < 0 ? CU_STREAM_LEGACY : c->streams[i]);
@@ -526,9 +534,7 @@ void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream)
     int per_stream = !context_fences() && atomic_load(&c->mode) == CUPOOL_FREE_DEFERRED;
     CUresult r = CUDA_ERROR_NOT_READY;
     if (per_stream && atomic_load(&cupool_hot.captures) == 0) {
-        r = CUDA_SUCCESS;
-        if (!c->fence_stream) r = real_cuStreamCreate(&c->fence_stream, CU_STREAM_NON_BLOCKING);
-        if (r == CUDA_SUCCESS && !c->scratch_event) r = real_cuEventCreate(&c->scratch_event, CU_EVENT_DISABLE_TIMING);
+        r = fan_in_ready(c);
         if (r == CUDA_SUCCESS) r = fan_in(c, stream);
         if (r == CUDA_SUCCESS) c->streams_folded = 1;
     }

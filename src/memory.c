@@ -57,14 +57,20 @@ static inline CUresult pool_alloc_once(cupool_context_t *c, CUmemoryPool pool, C
     return pool_alloc_private(c, pool, dptr, size);
 }
 
+/* Before an allocation that ran out of memory is tried again: the memory
+ * the pools keep on c's device may be what is missing.  Counted. */
+static void trim_for_retry(cupool_context_t *c)
+{
+    atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
+    cupool_trim_device(c);
+}
+
 static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size, cupool_call_t *call)
 {
     call->route = CUPOOL_ROUTE_NATIVE;
     CUresult r = real_cuMemAlloc_v2(dptr, size);
     if (r == CUDA_ERROR_OUT_OF_MEMORY && c && c->device->pooled) {
-        /* Memory the pools keep reserved may be what is missing. */
-        atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
-        cupool_trim_device(c);
+        trim_for_retry(c);
         r = real_cuMemAlloc_v2(dptr, size);
     }
     if (r == CUDA_SUCCESS) cupool_stats_alloc(call->device, CUPOOL_ROUTE_NATIVE, size);
@@ -170,8 +176,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
 
     CUresult r = pool_alloc_once(c, pool, dptr, size, &call->mode);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-        atomic_fetch_add(&cupool_stats_for(call->device)->oom_retries, 1);
-        cupool_trim_device(c);
+        trim_for_retry(c);
         r = pool_alloc_once(c, pool, dptr, size, &call->mode);
     }
     if (r != CUDA_SUCCESS) {
@@ -310,8 +315,7 @@ static int trimmed_for(CUresult r)
     if (r != CUDA_ERROR_OUT_OF_MEMORY || !cupool_active() || cupool_capturing() || !(c = cupool_current_context()) ||
         !c->device->pooled)
         return 0;
-    atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
-    cupool_trim_device(c);
+    trim_for_retry(c);
     return 1;
 }
 

@@ -56,6 +56,13 @@ static __thread buffer_t buffers[MAX_BUFFERS];
 static __thread int nbuffers;
 static __thread unsigned char *scratch;
 
+/* The thread's host buffer for reads and host writes, made at its first use. */
+static unsigned char *host_buffer(void)
+{
+    if (!scratch && !(scratch = malloc(SCRATCH_BYTES))) CHECK_FAIL("no memory for the host buffer");
+    return scratch;
+}
+
 static unsigned pick(unsigned n) { return (unsigned)(tl_rand(&rng) % n); }
 
 static CUstream any_stream(void) { return streams[pick((unsigned)nstreams)]; }
@@ -157,12 +164,11 @@ static void op_read_back(void)
 {
     if (nbuffers == 0) return;
     buffer_t *b = &buffers[pick((unsigned)nbuffers)];
-    if (!scratch && !(scratch = malloc(SCRATCH_BYTES))) CHECK_FAIL("no memory for the read-back buffer");
-    CHECK_CU(cuMemcpyDtoHAsync(scratch, b->ptr, b->bytes, b->owner));
+    unsigned char *host = host_buffer();
+    CHECK_CU(cuMemcpyDtoHAsync(host, b->ptr, b->bytes, b->owner));
     CHECK_CU(cuStreamSynchronize(b->owner));
     for (size_t i = 0; i < b->bytes; i++)
-        if (scratch[i] != b->value)
-            CHECK_FAIL("byte %zu of a %zu-byte buffer is %u, not %u", i, b->bytes, scratch[i], b->value);
+        if (host[i] != b->value) CHECK_FAIL("byte %zu of a %zu-byte buffer is %u, not %u", i, b->bytes, host[i], b->value);
 }
 
 static void op_synchronize(void)
@@ -237,12 +243,12 @@ static void op_host_write(void)
 {
     if (nbuffers == 0) return;
     buffer_t *b = &buffers[pick((unsigned)nbuffers)];
-    if (!scratch && !(scratch = malloc(SCRATCH_BYTES))) CHECK_FAIL("no memory for the host buffer");
+    unsigned char *host = host_buffer();
     if (b->owner != CU_STREAM_LEGACY) hand_over(b->owner, CU_STREAM_LEGACY);
     b->owner = CU_STREAM_LEGACY;
     b->value = (unsigned char)pick(256);
-    memset(scratch, b->value, b->bytes);
-    CHECK_CU(cuMemcpyHtoD(b->ptr, scratch, b->bytes));
+    memset(host, b->value, b->bytes);
+    CHECK_CU(cuMemcpyHtoD(b->ptr, host, b->bytes));
 }
 
 /* The program's own stream-ordered block, which cupool passes to the
