@@ -77,7 +77,9 @@ struct deferred_batch {
  * of its kernels) would otherwise pile up freed memory without bound; past
  * this many bytes waiting, a free waits for the oldest batches (a native
  * cuMemFree would have waited for the whole device). */
+#ifndef DEFERRED_MAX_BYTES /* -D for a measurement (docs/examples/run24.sh) */
 #define DEFERRED_MAX_BYTES (1ull << 30)
+#endif
 
 /* The records of blocks and batches are kept for reuse (up to SPARE_MAX
  * of each per context, under c->lock): a deferred free in steady state then
