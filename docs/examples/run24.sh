@@ -57,6 +57,13 @@ x)
         torch_spread train cupool CUPOOL_STATS=1
     done | tee $OUT/r/torch.txt
     ;;
-*) echo "usage: OUT=DIR bash $0 v|w|x" >&2; exit 2 ;;
+z)
+    # The test programs changed since the last full sanitizer run (the
+    # nineteenth session's) that run on the GPU, under compute-sanitizer in
+    # every free mode, in what device time the session had left.
+    sanitize 110 8 test_edges test_bad_input test_stress test_kernel_race test_capture
+    grep -E "^sanitizer:" $OUT/r/gpu-tests.txt | cut -c1-160
+    ;;
+*) echo "usage: OUT=DIR bash $0 v|w|x|z" >&2; exit 2 ;;
 esac
 tar -C $OUT -czf $OUT/r.tgz r
