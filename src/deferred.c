@@ -478,7 +478,6 @@ static uint64_t batch_wait_ns(const cupool_context_t *c)
     return wait_ns < BATCH_MIN_WAIT_NS ? BATCH_MIN_WAIT_NS : wait_ns;
 }
 
-/* Makes the fence stream wait for the work submitted so far to one stream. */
 /* The fence stream and the scratch event of the per-stream fan-in, made at
  * their first use. */
 static CUresult fan_in_ready(cupool_context_t *c)
@@ -489,6 +488,7 @@ static CUresult fan_in_ready(cupool_context_t *c)
     return r;
 }
 
+/* Makes the fence stream wait for the work submitted so far to one stream. */
 static CUresult fan_in(cupool_context_t *c, CUstream stream)
 {
     CUresult r = real_cuEventRecord(c->scratch_event, stream);

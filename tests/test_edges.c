@@ -136,22 +136,26 @@ int main(int argc, char **argv)
     if (argc > 2 && strcmp(argv[1], "--killed") == 0) return capture_killed(argv[2]);
     if (argc > 1 && strcmp(argv[1], "--destroyed-writer") == 0) return destroyed_writer();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    static const char *const cases[][2] = {{"--primary", NULL}, {"--ptds", NULL}, {"--end", NULL},
-                                           {"--killed", "stream"}, {"--killed", "context"},
-                                           {"--killed", "reset"},  {"--killed", "release"},
-                                           {"--destroyed-writer", NULL}};
+    /* Each case's arguments, and the environment its child runs with. */
     static const char *const per_stream_fences[] = {"CUPOOL_DEFERRED_FENCE=streams", NULL};
+    static const struct {
+        const char *arg, *arg2;
+        const char *const *env;
+    } cases[] = {{"--primary", NULL, NULL},          {"--ptds", NULL, NULL},
+                 {"--end", NULL, NULL},              {"--killed", "stream", NULL},
+                 {"--killed", "context", NULL},      {"--killed", "reset", NULL},
+                 {"--killed", "release", NULL},      {"--destroyed-writer", NULL, per_stream_fences}};
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *args[] = {cases[i][0], cases[i][1], NULL};
+        const char *args[] = {cases[i].arg, cases[i].arg2, NULL};
         tl_child_t native, pooled;
-        const char *const *env = strcmp(cases[i][0], "--destroyed-writer") == 0 ? per_stream_fences : NULL;
-        tl_run_self(args, env, 1, 60, &native);
-        tl_run_self(args, env, 0, 60, &pooled);
+        tl_run_self(args, cases[i].env, 1, 60, &native);
+        tl_run_self(args, cases[i].env, 0, 60, &pooled);
         /* What works natively must work with cupool. */
         int ok = native.status != 0 || pooled.status == 0 || pooled.status == CHECK_SKIP;
         char name[64];
-        snprintf(name, sizeof name, "%s%s%s", cases[i][0], cases[i][1] ? " " : "", cases[i][1] ? cases[i][1] : "");
+        snprintf(name, sizeof name, "%s%s%s", cases[i].arg, cases[i].arg2 ? " " : "",
+                 cases[i].arg2 ? cases[i].arg2 : "");
         printf("%-18s native %d, cupool %d: %s\n", name, native.status, pooled.status, ok ? "passed" : "FAILED");
         if (!ok) tl_child_dump(name, &pooled), failed++;
         tl_child_free(&native);

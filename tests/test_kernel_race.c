@@ -14,12 +14,12 @@
  *
  * On a GPU the test reads the new block back: corruption is the failure, and
  * under forced `ordered` on non-blocking streams (destroyed or not) it is
- * asserted whenever the new block reused the old address.  On the simulator, which runs each
- * operation at once, the kernel can never be late; its race checker
- * (SIMCUDA_RACES=count) reports instead every access or free that CUDA's
- * stream order does not place after the kernel's write, whatever the timing:
- * none may be reported but under forced `ordered` on non-blocking streams,
- * where every try must report one.
+ * asserted whenever the new block reused the old address.  On the
+ * simulator, which runs each operation at once, the kernel can never be
+ * late; its race checker (SIMCUDA_RACES=count) reports instead every access
+ * or free that CUDA's stream order does not place after the kernel's write,
+ * whatever the timing: none may be reported but under forced `ordered` on
+ * non-blocking streams, where every try must report one.
  *
  * The kernel is PTX text generated once with
  *   nvcc -ptx -arch=compute_75 spin.cu   (then .version lowered to 7.0)

@@ -75,7 +75,6 @@ typedef struct {
     size_t len;
 } sim_clock;
 
-
 struct CUctx_st {
     int device;
     bool primary;
