@@ -48,17 +48,21 @@ torch_rounds() { # ROUNDS "WORKLOAD..." LABEL...
     done
 }
 
-# One PyTorch process, one line: workload label ms peak (label old-* runs .old's library).
+# One PyTorch process, one line: workload label ms peak (label old-* runs .old's library, a label
+# with a build-LABEL directory that build's; TORCH_SPREAD=1 adds the run's fastest and slowest step
+# after ms).
 torch_once() { # WORKLOAD LABEL [ENV...]
-    local wl=$1 label=$2 lib=build-gpu; shift 2
+    local wl=$1 label=$2 lib=build-gpu fields=ms_median; shift 2
     [ ${label%%-*} = old ] && lib=.old/build-gpu
+    [ -d build-$label ] && lib=build-$label
+    [ -n "${TORCH_SPREAD:-}" ] && fields="ms_median ms_min ms_max"
     if [ $label = caching ]; then
         timeout 60 python3 bench/torch_bench.py --worker caching --workload $wl
     else
         env "$@" PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 60 $lib/scripts/cupool --library $lib/.libs/libcupool.so \
             -- python3 bench/torch_bench.py --worker nocache-cupool --workload $wl
     fi 2>>$OUT/r/torch.err | tail -1 |
-        python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$wl', '$label', '%.3f' % r['ms_median'], r['peak_mib'])"
+        python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$wl', '$label', *('%.3f' % r[k] for k in '$fields'.split()), r['peak_mib'])"
 }
 
 # The pair against its bare calls, one process per library and mode, into $OUT/r/pair.csv.
