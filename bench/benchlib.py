@@ -62,8 +62,10 @@ def target(name, value, op, threshold, unit="", detail=""):
             "unit": unit, "met": met, "detail": detail}
 
 
-def table(rows, columns, out=sys.stdout):
-    """Prints rows (dicts) as an aligned text table; columns = [(key, title)]."""
+def table(rows, columns, out=None):
+    """Prints rows (dicts) as an aligned text table; columns = [(key, title)];
+    out defaults to the sys.stdout of the moment (so a redirection holds)."""
+    out = out or sys.stdout
     cells = [[title for _, title in columns]]
     for r in rows:
         cells.append([fmt(r.get(k)) for k, _ in columns])
@@ -76,7 +78,7 @@ def table(rows, columns, out=sys.stdout):
     out.flush()
 
 
-def print_targets(targets, out=sys.stdout):
+def print_targets(targets, out=None):
     rows = []
     for t in targets:
         rows.append({"target": t["name"], "value": t["value"],
@@ -304,9 +306,10 @@ def find_row(rows, workload, config):
     return next((r for r in rows if r["workload"] == workload and r["config"] == config and r.get("ok")), {})
 
 
-def finish(outdir, bench, rows, targets, checks, errors, config):
-    """Prints the targets, failed checks and errors, writes RESULTS/<bench>.json;
-    returns the exit status (1 when a run failed)."""
+def finish(outdir, bench, rows, targets, checks, errors, config, notes=None):
+    """Prints the targets, failed checks and errors (and notes, when given),
+    writes RESULTS/<bench>.json; returns the exit status (1 when a run
+    failed)."""
     print()
     print_targets(targets)
     for c in checks:
@@ -314,8 +317,13 @@ def finish(outdir, bench, rows, targets, checks, errors, config):
             print("check failed: " + c["name"])
     for e in errors:
         print("error: " + e)
-    write_results(outdir, bench, {"benchmark": bench, "rows": rows, "targets": targets, "checks": checks,
-                                  "errors": errors, "config": config})
+    data = {"benchmark": bench, "rows": rows, "targets": targets, "checks": checks, "errors": errors,
+            "config": config}
+    if notes:
+        for n in notes:
+            print("note: " + n)
+        data["notes"] = notes
+    write_results(outdir, bench, data)
     return 1 if errors else 0
 
 
@@ -400,3 +408,133 @@ class DeviceMemory(object):
         if self.peak is None or self.baseline is None:
             return None
         return (self.peak - self.baseline) / 2.0 ** 20
+
+
+class ProcessMemory(object):
+    """Peak device memory of this whole process while it runs: a background
+    thread samples NVML every `interval` seconds (and sample() adds a sample
+    wherever the caller knows a peak may be, e.g. after a step), because a
+    figure read at the end misses what an allocator held and gave back
+    in between.  The process's own figure is NVML's usedGpuMemory for this
+    pid (context, libraries' workspaces and every allocator's reserve
+    included); where NVML does not list the pid (a container whose pids are
+    not the host's) the device's used memory above what was in use when this
+    object was made stands in for it, so make it before CUDA starts.
+    `nvml` is the pynvml module (imported when None; a fake in tests); without
+    pynvml, libnvidia-ml through ctypes gives the device figure only."""
+
+    def __init__(self, interval=0.015, index=0, nvml=None):
+        import threading
+        self.interval = interval
+        self.nvml, self.handle, self.ctypes_mem = None, None, None
+        try:
+            if nvml is None:
+                import pynvml as nvml
+            nvml.nvmlInit()
+            self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            self.nvml = nvml
+        except Exception:  # noqa: BLE001 - no NVML: the ctypes reading, else nothing
+            self.nvml = None
+            dm = DeviceMemory(None, index)
+            self.ctypes_mem = dm if dm.source == "nvml" else None
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.samples = 0
+        self.peak_process = None
+        self.peak_device = None
+        self.baseline = self.device_used()
+        self.stop_event = threading.Event()
+        self.thread = None
+
+    def device_used(self):
+        try:
+            if self.nvml:
+                return int(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
+            if self.ctypes_mem:
+                return self.ctypes_mem.used()
+        except Exception:  # noqa: BLE001 - a sample is optional
+            pass
+        return None
+
+    def process_used(self):
+        if not self.nvml:
+            return None
+        try:
+            for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
+                if p.pid == self.pid and p.usedGpuMemory is not None:
+                    return int(p.usedGpuMemory)
+        except Exception:  # noqa: BLE001
+            pass
+        return None
+
+    def sample(self):
+        proc, dev = self.process_used(), self.device_used()
+        with self.lock:
+            self.samples += 1
+            if proc is not None and (self.peak_process is None or proc > self.peak_process):
+                self.peak_process = proc
+            if dev is not None and (self.peak_device is None or dev > self.peak_device):
+                self.peak_device = dev
+
+    def _loop(self):
+        while not self.stop_event.is_set():
+            self.sample()
+            self.stop_event.wait(self.interval)
+
+    def start(self):
+        import threading
+        if self.thread is None and (self.nvml or self.ctypes_mem):
+            self.thread = threading.Thread(target=self._loop, name="ProcessMemory", daemon=True)
+            self.thread.start()
+        return self
+
+    def stop(self):
+        if self.thread is not None:
+            self.stop_event.set()
+            self.thread.join()
+            self.thread = None
+        self.sample()
+
+    def result(self):
+        """{"peak_mib", "mem_source", "peak_process_mib", "peak_device_mib",
+        "samples"}: peak_mib is the process's own figure where NVML gave one,
+        else the device's above the baseline (None without NVML)."""
+        mib = 2.0 ** 20
+        with self.lock:
+            proc = self.peak_process / mib if self.peak_process is not None else None
+            dev = ((self.peak_device - self.baseline) / mib
+                   if self.peak_device is not None and self.baseline is not None else None)
+            n = self.samples
+        source = "nvml-process" if proc is not None else ("nvml-device" if dev is not None else "none")
+        return {"peak_mib": proc if proc is not None else dev, "mem_source": source,
+                "peak_process_mib": proc, "peak_device_mib": dev, "samples": n}
+
+
+_UNITS = {"B": 1.0, "KiB": 2.0 ** 10, "MiB": 2.0 ** 20, "GiB": 2.0 ** 30, "TiB": 2.0 ** 40}
+
+
+def cupool_stats(stderr):
+    """cupool's CUPOOL_STATS summary in a process's stderr: (its text, the
+    figures of its first device as {"pooled_allocs", "pooled_frees",
+    "native_allocs", "peak_in_use_mib", "peak_reserved_mib", "trims",
+    "oom_retries", "ready_reuses"}); ("", {}) when there is none."""
+    import re
+    lines = [l for l in stderr.splitlines() if l.startswith("cupool: statistics") or l.startswith("cupool:   ")]
+    if not lines:
+        return "", {}
+    text = "\n".join(lines)
+    size = r"([0-9.]+) (B|KiB|MiB|GiB|TiB)"
+    figures = {}
+    patterns = [(r"pooled allocations\s+(\d+) \(.*?\), frees (\d+)", ("pooled_allocs", "pooled_frees")),
+                (r"native allocations\s+(\d+)", ("native_allocs",)),
+                (r"trims (\d+), OOM retries (\d+)", ("trims", "oom_retries")),
+                (r"allocations served by a ready block (\d+)", ("ready_reuses",))]
+    for pattern, names in patterns:
+        m = re.search(pattern, text)
+        if m:
+            figures.update({n: int(v) for n, v in zip(names, m.groups())})
+    m = re.search(r"peak in use %s, peak reserved %s" % (size, size), text)
+    if m:
+        figures["peak_in_use_mib"] = float(m.group(1)) * _UNITS[m.group(2)] / _UNITS["MiB"]
+        figures["peak_reserved_mib"] = float(m.group(3)) * _UNITS[m.group(4)] / _UNITS["MiB"]
+    return text, figures
