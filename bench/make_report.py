@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
 
-BENCHES = ("alloc", "torch", "cupy", "loop", "memset")
+BENCHES = ("alloc", "torch", "cupy", "parity", "loop", "memset")
 
 
 def load(results, name):
@@ -165,6 +165,85 @@ def section_framework(results, name, ref_config, ref_name, unit):
                                     ("mem_ratio", "memory ratio"), ("result_diff", "result rel. diff")]))
         text.append("")
     text.append(picture(results, name, name))
+    return "\n".join(text) + "\n"
+
+
+PARITY_INTRO = """\
+`bench/parity_bench.py` (stage `parity` of `scripts/bench-gpu.sh`) measures whether cupool holds no more device \
+memory than the frameworks' own allocators, and costs no more time, on four workloads: *cnn*, torchvision \
+resnet18 (random weights, channels_last) trained through cuDNN with SGD and momentum on a fresh synthetic \
+batch of %(batch)s × 3 × %(image_size)s² every step; *lm*, a decoder-only language model (transformers \
+`GPT2LMHeadModel` built from a config: 6 layers, d 512, vocabulary %(vocab)s; nothing downloaded) trained \
+with AdamW, batch %(lm_batch)s × %(seq)s tokens; *infer*, a 6-layer `nn.TransformerEncoder` (d 512) in \
+inference mode with a new random batch (1–%(max_batch)s) and sequence length (16–%(max_seq)s) at every \
+call, %(shapes)s calls per pass; *cupy*, FFT autocorrelation, matrix product, sort and reductions on fresh \
+temporaries, %(iters)s iterations per pass over square sizes 256–2048. Configurations: *caching* is \
+PyTorch's caching allocator (CuPy's `MemoryPool` for *cupy*), *async* PyTorch's \
+`backend:cudaMallocAsync` (CuPy's `MemoryAsyncPool`): the driver's stream-ordered pools, which cupool is \
+built on; *nocache-…* runs with the framework's caching off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, \
+`cupy.cuda.set_allocator(None)`), natively (first round only) or under cupool, with its default settings \
+or `CUPOOL_FREE=deferred`.
+
+Each configuration runs in its own process, after one warm-up process, in interleaved rounds. Time is a \
+process's median step (%(steps)s timed training steps after %(warmup)s, or per call / iteration over \
+%(passes)s timed passes after a warm-up pass); a configuration's *median ms* is the median over its rounds, \
+*spread* their (max − min) / median, and a *time ratio* compares medians over the rounds both ran. *Peak \
+MiB* is the process's device memory as NVML reports it, sampled every %(sample_ms)s ms by a thread and after \
+every step, the highest sample of the process (median over the rounds); a *memory ratio* is the worst round \
+of the ones both ran. cupool's runs of round %(stats_round)s print its statistics (`CUPOOL_STATS`): *cupool \
+in use* is the peak of what the program held, *cupool reserved* the peak its pools reserved; those runs \
+count for memory only (statistics time every pooled call). The goal: both cupool configurations within \
+1.10× of caching and 1.05× of async in memory, within 1.03× of caching in time and no slower than async \
+beyond async's spread.
+"""
+
+PARITY_DEFAULTS = {"batch": 64, "image_size": 224, "vocab": 32000, "lm_batch": 16, "seq": 256, "max_batch": 64,
+                   "max_seq": 512, "shapes": 40, "iters": 60, "steps": 15, "warmup": 5, "passes": 4,
+                   "sample_ms": 15, "stats_round": 1}
+
+
+def section_parity(results):
+    d = load(results, "parity")
+    cfg = dict(PARITY_DEFAULTS)
+    cfg.update({k: v for k, v in ((d or {}).get("config") or {}).items() if k in PARITY_DEFAULTS})
+    cfg["sample_ms"] = B.fmt(cfg["sample_ms"], 0) if isinstance(cfg["sample_ms"], float) else cfg["sample_ms"]
+    text = [PARITY_INTRO % cfg]
+    if not d:
+        text.append("Not measured yet: `BENCH_ONLY=parity scripts/bench-gpu.sh bench-results`.\n")
+        return "\n".join(text)
+    text.append("%d rounds ran (%s).\n" % ((d.get("config") or {}).get("rounds_done", 0), ", ".join(
+        "%s %s" % (k, v) for k, v in sorted({(k, r[k]) for r in d.get("rows", [])
+                                              for k in ("torch", "torchvision", "transformers", "cupy", "device")
+                                              if r.get(k)}))))
+    workloads = []
+    for r in d.get("rows", []):
+        if r.get("workload") not in workloads:
+            workloads.append(r.get("workload"))
+    for wl in workloads:
+        rows = [dict(r) for r in d["rows"] if r.get("workload") == wl]
+        for r in rows:
+            if not r.get("ok"):
+                r["ms_median"] = "failed"
+            r["mem_sources"] = "/".join(r.get("mem_sources") or [])
+        text.append("**%s** (ms per %s)\n" % (wl, {"infer": "call", "cupy": "iteration"}.get(wl, "step")))
+        text.append(md_table(rows, [("config", "configuration"), ("rounds", "runs"), ("ms_median", "median ms"),
+                                    ("ms_spread", "spread"), ("time_vs_caching", "time / caching"),
+                                    ("paired_vs_caching", "paired / caching"), ("time_vs_async", "time / async"),
+                                    ("peak_mib", "peak MiB"), ("mem_vs_caching", "memory / caching"),
+                                    ("mem_vs_async", "memory / async"), ("cupool_peak_in_use_mib", "cupool in use MiB"),
+                                    ("cupool_peak_reserved_mib", "cupool reserved MiB"),
+                                    ("mem_sources", "memory read as"), ("result_diff", "result rel. diff")]))
+        text.append("")
+    targets = d.get("targets", [])
+    if targets:
+        met = sum(1 for t in targets if t["met"])
+        text.append("%d of %d parity targets met.\n" % (met, len(targets)))
+        text.append(targets_table(targets) + "\n")
+    for e in d.get("errors", []):
+        text.append("- error: " + e)
+    for n in d.get("notes", []):
+        text.append("- " + n)
+    text.append(picture(results, "parity", "parity: peak memory and time per configuration"))
     return "\n".join(text) + "\n"
 
 
@@ -348,6 +427,8 @@ def main():
              "default stream, *stream* in a non-blocking `cupy.cuda.Stream`.%s\n"
              % rounds_sentence(results, "cupy"))
     p.append(section_framework(results, "cupy", "pool", "CuPy's memory pool", "ms per iteration"))
+    p.append("## Memory parity: PyTorch and CuPy workloads against the frameworks' allocators\n")
+    p.append(section_parity(results))
     p.append("## CUDA runtime program: `bench/loop.cu`\n")
     p.append("`cudaMalloc`/`cudaFree` of two buffers per stream and iteration around three kernels on two "
              "non-blocking streams, results verified on the device; built with `nvcc -O2 -cudart static` "
