@@ -3,7 +3,8 @@
 # tree, in $CUPOOL_BUILD, default build-gpu/) if needed and run every
 # benchmark: the allocation pair (bench/alloc_bench.py), loop.cu with cudart
 # static and shared (bench/loop_bench.py), bench/memset_bench when it is
-# built, CuPy and PyTorch, in that order.  Writes JSON/CSV results, logs and
+# built, CuPy, the memory parity suite (bench/parity_bench.py) and PyTorch,
+# in that order.  Writes JSON/CSV results, logs and
 # pictures into RESULTS_DIR (default bench-results/), a generated
 # RESULTS_DIR/BENCHMARKS.md, and prints every target with met / not met.
 # Finishes within BENCH_BUDGET seconds (default 570): each stage gets a share
@@ -14,7 +15,9 @@
 #
 # Environment: CUPOOL_BUILD (build dir), UTHASH_DIR (default .vendor/uthash),
 # CUDA_HOME (default /usr/local/cuda), JOBS (make -j, default 16),
-# BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc loop cupy torch memset).
+# BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc loop cupy torch memset
+# parity).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite alone
+# within a 600-s call.
 set -u
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +29,7 @@ uthash=${UTHASH_DIR:-$src/.vendor/uthash}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 jobs=${JOBS:-16}
 budget=${BENCH_BUDGET:-570}
-only=${BENCH_ONLY:-alloc loop cupy torch memset}
+only=${BENCH_ONLY:-alloc loop cupy torch memset parity}
 start=$(date +%s)
 python=${PYTHON:-python3}
 PATH="$cuda/bin:$PATH"
@@ -166,9 +169,23 @@ fi
 # rounds; a run without PyTorch (BENCH_ONLY without torch) gives it the rest
 # of the budget.
 cupy_cap=90
-want torch || cupy_cap=$budget
+want torch || want parity || cupy_cap=$budget
 want cupy && run_stage cupy "$cupy_cap" "$python" "$src/bench/cupy_bench.py" --cupool "$launcher" --library "$lib" \
     --out "$out"
+
+# ---- memory parity: PyTorch (cnn, lm, infer) and CuPy against their allocators --------------
+# Peak whole-process memory (NVML, sampled during the run) and step time of
+# four workloads in five configurations (bench/parity_bench.py).  Its
+# processes take 3-8 s each (imports, CUDA start, 20 steps or 5 passes): a
+# warm-up, 20 in the first round (nocache-native runs there only), 16 in each
+# later one, about 90 s a round on an H100; 5 rounds want about 470 s.  Run
+# alone (BENCH_ONLY=parity) it gets the whole budget and cuts the last
+# rounds short at its deadline; beside PyTorch it gets 240 s (two rounds) and
+# PyTorch the rest.
+parity_cap=240
+want torch || parity_cap=$budget
+want parity && run_stage parity "$parity_cap" "$python" "$src/bench/parity_bench.py" --cupool "$launcher" \
+    --library "$lib" --out "$out"
 
 # ---- PyTorch: last, with whatever the budget has left ------------------------------------------
 # Its processes take 6-15 s each (PyTorch's import and CUDA start), 20 to a
