@@ -7,7 +7,13 @@
 # round-by-round ratios.  Also the schedule of bench/benchlib.py's
 # run_configs: full rounds of every configuration, then rounds of the
 # configurations the targets compare alone (a fake worker stands in for
-# PyTorch).
+# PyTorch).  Then the pieces of the memory parity suite
+# (bench/parity_bench.py): benchlib.ProcessMemory against a fake NVML (the
+# process's own figure, the device's above its baseline, a peak between two
+# samples of the caller caught by the thread), the CUPOOL_STATS summary
+# parsed from stderr, the schedule, the ratios and targets over rounds (the
+# statistics round counting for memory only), a whole run of the driver with
+# a fake worker and a fake launcher, and its section of the report.
 set -u
 srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 [ -f "$srcdir/bench/benchlib.py" ] || { echo "test_benchlib: $srcdir/bench/benchlib.py missing" >&2; exit 99; }
@@ -80,6 +86,184 @@ want_logs = sorted("w.%s.round%d.%s" % (c, n, ext) for c, ns in (("a", (1, 2, 3)
                    for n in ns for ext in ("out", "err"))
 if logs != want_logs:
     failures.append("run_configs logs: got %r" % logs)
+
+# ---- the memory parity suite ---------------------------------------------------------
+import threading, time, types
+import parity_bench as P
+import make_report as R
+
+class FakeNvml(object):
+    """Device used = base + process; the process figure follows `levels`, one
+    value per read, the last one kept."""
+    def __init__(self, levels, pid, base=1000 << 20, listed=True):
+        self.levels, self.pid, self.base, self.listed, self.reads = list(levels), pid, base, listed, 0
+        self.lock = threading.Lock()
+    def now(self):
+        with self.lock:
+            v = self.levels[min(self.reads, len(self.levels) - 1)]
+            self.reads += 1
+            return v
+    def nvmlInit(self): pass
+    def nvmlDeviceGetHandleByIndex(self, i): return "h%d" % i
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        v = self.now()
+        procs = [types.SimpleNamespace(pid=self.pid + 1, usedGpuMemory=77 << 20)]
+        if self.listed:
+            procs.append(types.SimpleNamespace(pid=self.pid, usedGpuMemory=v))
+        return procs
+    def nvmlDeviceGetMemoryInfo(self, h):
+        with self.lock:
+            v = self.levels[min(max(self.reads - 1, 0), len(self.levels) - 1)]
+        return types.SimpleNamespace(used=self.base + v)
+
+MiB = 1 << 20
+fake = FakeNvml([0, 100 * MiB, 900 * MiB, 300 * MiB], os.getpid())
+m = B.ProcessMemory(interval=0.001, nvml=fake)
+m.start()
+deadline = time.time() + 5
+while fake.reads < 6 and time.time() < deadline:
+    time.sleep(0.005)
+m.stop()
+res = m.result()
+if res["mem_source"] != "nvml-process" or not close(res["peak_mib"], 900.0) or res["samples"] < 3:
+    failures.append("ProcessMemory, pid listed: %r" % res)
+fake = FakeNvml([0, 400 * MiB, 250 * MiB], os.getpid(), listed=False)
+m = B.ProcessMemory(interval=60, nvml=fake)
+m.sample(); m.sample(); m.sample()
+res = m.result()
+if res["mem_source"] != "nvml-device" or not close(res["peak_mib"], 400.0) or res["peak_process_mib"] is not None:
+    failures.append("ProcessMemory, pid not listed: %r" % res)
+
+class NoNvml(object):
+    def nvmlInit(self): raise RuntimeError("no NVML")
+m = B.ProcessMemory(nvml=NoNvml()).start()
+m.stop()
+if m.ctypes_mem is None and m.result()["mem_source"] != "none":
+    failures.append("ProcessMemory without NVML: %r" % m.result())
+
+STATS = """\
+some program output
+cupool: statistics for pid 4242 (policy dedicated, free mode deferred)
+cupool:   calls seen:
+cupool:     cuMemAlloc_v2                      812
+cupool:   device 0:
+cupool:     pooled allocations  812 (41.5 GiB), frees 800
+cupool:     native allocations  0 (0 B), frees 0
+cupool:     peak in use 1.0 GiB, peak reserved 3.4 GiB
+cupool:     trims 0, OOM retries 0, rewritten memsets 0
+cupool:     allocations served by a ready block 700 (events recorded for them 12)
+cupool:   time in cupool 1.234 ms; native calls would have cost about 80.000 ms (saved about 78.766 ms)
+"""
+text, st = B.cupool_stats(STATS)
+want = {"pooled_allocs": 812, "pooled_frees": 800, "native_allocs": 0, "trims": 0, "oom_retries": 0,
+        "ready_reuses": 700, "peak_in_use_mib": 1024.0, "peak_reserved_mib": 3.4 * 1024}
+if st != want or not text.startswith("cupool: statistics") or "some program" in text:
+    failures.append("cupool_stats: %r" % st)
+if B.cupool_stats("no summary here\n") != ("", {}):
+    failures.append("cupool_stats without a summary")
+
+sched = P.schedule(["w"], ["caching", "async", "nocache-native", "nocache-cupool"], 3)
+if [c for n, _, c in sched if n == 1] != ["caching", "async", "nocache-native", "nocache-cupool"] or \
+        [c for n, _, c in sched if n == 2] != ["async", "nocache-cupool", "caching"] or \
+        [c for n, _, c in sched if n == 3] != ["nocache-cupool", "caching", "async"]:
+    failures.append("parity schedule: %r" % sched)
+
+def prow(config, runs, wl="cnn"):
+    """runs: {round: (ms, peak MiB)}; round 1 of cupool's runs has statistics on."""
+    cup = config.startswith("nocache-cupool")
+    return {"workload": wl, "config": config, "ok": True, "runs": [
+        dict({"round": n, "ms": ms, "peak_mib": peak, "result": 2.0, "mem_source": "nvml-process",
+              "stats": cup and n == 1}, **({"cupool_stats": {"peak_in_use_mib": 1000.0, "peak_reserved_mib": 3000.0}}
+                                           if cup and n == 1 else {}))
+        for n, (ms, peak) in runs.items()]}
+
+prows = [prow("caching", {1: (10.0, 2000.0), 2: (11.0, 2000.0), 3: (10.5, 2010.0)}),
+         prow("async", {1: (10.2, 1900.0), 2: (10.4, 1900.0), 3: (10.6, 1900.0)}),
+         prow("nocache-native", {1: (40.0, 1500.0)}),
+         prow("nocache-cupool", {1: (99.0, 2100.0), 2: (10.9, 2150.0), 3: (10.6, 2050.0)}),
+         prow("nocache-cupool-deferred", {1: (99.0, 4000.0), 2: (10.0, 2000.0)})]
+for r in prows:
+    P.summarize(r)
+targets, pchecks = P.compare(prows, ["cnn"])
+cup = B.find_row(prows, "cnn", "nocache-cupool")
+deferred = B.find_row(prows, "cnn", "nocache-cupool-deferred")
+check("parity: the statistics round's time does not count", cup["ms_median"], (10.9 + 10.6) / 2)
+check("parity: memory counts every round", cup["peak_mib"], 2100.0)
+check("parity: worst round against caching", cup["mem_vs_caching"], 2150.0 / 2000.0)
+check("parity: worst round against async", deferred["mem_vs_async"], 4000.0 / 1900.0)
+check("parity: time over the rounds both ran", cup["time_vs_caching"], ((10.9 + 10.6) / 2) / ((11.0 + 10.5) / 2))
+check("parity: time against async, one round", deferred["time_vs_async"], 10.0 / 10.4)
+check("parity: paired ratio", cup["paired_vs_caching"], B.median([10.9 / 11.0, 10.6 / 10.5]))
+check("parity: async's spread", B.find_row(prows, "cnn", "async")["ms_spread"], 0.4 / 10.4)
+check("parity: cupool's peak reserved", cup["cupool_peak_reserved_mib"], 3000.0)
+by_name = {t["name"]: t for t in targets}
+want_met = {"parity cnn: cupool / caching, peak memory (worst round)": True,
+            "parity cnn: cupool / async, peak memory (worst round)": False,
+            "parity cnn: cupool / caching, time (median of rounds)": True,
+            "parity cnn: cupool / async, time (median of rounds)": True,
+            "parity cnn: cupool-deferred / caching, peak memory (worst round)": False,
+            "parity cnn: cupool-deferred / async, time (median of rounds)": True}
+for name, met in want_met.items():
+    if name not in by_name or by_name[name]["met"] is not met:
+        failures.append("parity target %s: %r" % (name, by_name.get(name)))
+check("parity: async time threshold is 1 + its spread",
+      by_name["parity cnn: cupool / async, time (median of rounds)"]["threshold"], round(1 + 0.4 / 10.4, 4))
+if len(targets) != 8 or not pchecks or not all(c["ok"] for c in pchecks):
+    failures.append("parity targets/checks: %d targets, checks %r" % (len(targets), pchecks))
+
+# The driver end to end: a fake worker (the JSON of parity_bench's worker) and
+# a fake launcher (sets CUPOOL_FREE, prints a statistics summary with --stats).
+pw = os.path.join(tmp, "parity_worker.py")
+with open(pw, "w") as f:
+    f.write("import json, os, sys\n"
+            "a = sys.argv\n"
+            "config, wl = a[a.index('--worker') + 1], a[a.index('--workload') + 1]\n"
+            "assert os.environ.get('HF_HUB_OFFLINE') == '1' and os.environ.get('TRANSFORMERS_OFFLINE') == '1'\n"
+            "cup = 'CUPOOL_FAKE' in os.environ\n"
+            "assert cup == config.startswith('nocache-cupool')\n"
+            "assert (os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING') == '1') == (wl != 'cupy' and config.startswith('nocache'))\n"
+            "assert (os.environ.get('PYTORCH_CUDA_ALLOC_CONF') == 'backend:cudaMallocAsync') == (wl != 'cupy' and config == 'async')\n"
+            "ms = {'caching': 10.0, 'async': 10.1, 'nocache-native': 30.0}.get(config, 10.2)\n"
+            "peak = {'caching': 2000.0, 'async': 1950.0, 'nocache-native': 1500.0}.get(config, 2100.0)\n"
+            "print('a line that is not JSON')\n"
+            "print(json.dumps({'config': config, 'workload': wl, 'ok': True, 'ms_median': ms, 'peak_mib': peak,\n"
+            "                  'mem_source': 'nvml-process', 'loss': 3.0, 'checksum': 3.0, 'torch': 'fake',\n"
+            "                  'cupool': {'pooled_allocs': 9} if cup else None}))\n")
+launcher = os.path.join(tmp, "fake_cupool")
+with open(launcher, "w") as f:
+    f.write("#!/bin/sh\nstats=\nwhile [ $# -gt 0 ]; do case $1 in\n"
+            "--free) export CUPOOL_FREE=$2; shift 2 ;; --stats) stats=1; shift ;; --) shift; break ;;\n"
+            "*) shift ;; esac; done\nexport CUPOOL_FAKE=1\n\"$@\"; rc=$?\n"
+            "[ -n \"$stats\" ] && printf '%s' \"$STATS\" >&2\nexit $rc\n")
+os.chmod(launcher, 0o755)
+os.environ["STATS"] = STATS
+out = os.path.join(tmp, "presults")
+with contextlib.redirect_stderr(io.StringIO()):
+    prows, perrors, pnotes = P.run_all(pw, ["cnn", "cupy"], P.CONFIGS, 3, 1, [], launcher, "/nonexistent/libcupool.so",
+                                       30, os.path.join(out, "logs"))
+if perrors or pnotes:
+    failures.append("parity run_all: errors %r, notes %r" % (perrors, pnotes))
+runs = {(r["workload"], r["config"]): [x["round"] for x in r["runs"]] for r in prows}
+if runs.get(("cnn", "nocache-native")) != [1] or runs.get(("cupy", "nocache-cupool")) != [1, 2, 3] or len(runs) != 10:
+    failures.append("parity run_all rounds: %r" % runs)
+st = [x.get("cupool_stats") for r in prows for x in r["runs"] if x.get("stats")]
+if len(st) != 4 or any(s != want for s in st):
+    failures.append("parity run_all statistics: %r" % st)
+for r in prows:
+    P.summarize(r)
+ptargets, pchecks = P.compare(prows, ["cnn", "cupy"])
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    P.print_tables(prows, ["cnn", "cupy"])
+    B.finish(out, "parity", prows, ptargets, pchecks, perrors, {"rounds": 3, "rounds_done": 3}, ["a note"])
+if not all(c["ok"] for c in pchecks) or len(ptargets) != 16:
+    failures.append("parity compare after run_all: %r" % pchecks)
+section = R.section_parity(out)
+for want_text in ("**cnn** (ms per step)", "**cupy** (ms per iteration)", "of 16 parity targets met",
+                  "| nocache-cupool-deferred | 3 |", "- a note", "3481.600"):
+    if want_text not in section:
+        failures.append("parity report section lacks %r" % want_text)
+if "Not measured yet" not in R.section_parity(os.path.join(tmp, "nothing")):
+    failures.append("parity report section without results")
 
 for f in failures:
     print("test_benchlib: " + f, file=sys.stderr)
