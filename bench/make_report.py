@@ -211,10 +211,11 @@ def section_parity(results):
     if not d:
         text.append("Not measured yet: `BENCH_ONLY=parity scripts/bench-gpu.sh bench-results`.\n")
         return "\n".join(text)
-    text.append("%d rounds ran (%s).\n" % ((d.get("config") or {}).get("rounds_done", 0), ", ".join(
-        "%s %s" % (k, v) for k, v in sorted({(k, r[k]) for r in d.get("rows", [])
-                                              for k in ("torch", "torchvision", "transformers", "cupy", "device")
-                                              if r.get(k)}))))
+    versions = ", ".join("%s %s" % kv for kv in sorted({(k, r[k]) for r in d.get("rows", [])
+                                                        for k in ("torch", "torchvision", "transformers", "cupy",
+                                                                  "device") if r.get(k)}))
+    text.append("%d rounds ran%s.\n" % ((d.get("config") or {}).get("rounds_done", 0),
+                                        " (%s)" % versions if versions else ""))
     workloads = []
     for r in d.get("rows", []):
         if r.get("workload") not in workloads:

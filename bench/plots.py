@@ -4,6 +4,7 @@
   alloc.png   time per cuMemAlloc + cuMemFree pair by size, native / bare / cupool
   torch.png   PyTorch time per step (forward for infer) and peak memory per configuration
   cupy.png    CuPy time per iteration and peak memory per configuration
+  parity.png  the memory parity suite: time and peak process memory per workload and configuration
   loop.png    loop.cu time per iteration, cudart static and shared
 
   python3 bench/plots.py bench-results
@@ -67,7 +68,7 @@ def alloc_plot(plt, results):
     plt.close(fig)
 
 
-def bars(plt, results, name, title, unit_label):
+def bars(plt, results, name, title, unit_label, ratio_key="time_ratio"):
     d = load(results, name)
     if not d or not d.get("rows"):
         return
@@ -91,8 +92,8 @@ def bars(plt, results, name, title, unit_label):
             if j == 0:
                 ax.set_title(wl)
                 for k, r in enumerate(sel):
-                    if r.get("time_ratio"):
-                        ax.text(k, vals[k], "%.2fx" % r["time_ratio"], ha="center", va="bottom", fontsize=7)
+                    if r.get(ratio_key):
+                        ax.text(k, vals[k], "%.2fx" % r[ratio_key], ha="center", va="bottom", fontsize=7)
             ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
@@ -144,6 +145,8 @@ def main():
               lambda: bars(plt, results, "torch", "PyTorch: caching allocator, cudaMallocAsync, no caching +- cupool",
                            "ms per step / forward"),
               lambda: bars(plt, results, "cupy", "CuPy: memory pools against no pool +- cupool", "ms per iteration"),
+              lambda: bars(plt, results, "parity", "Memory parity: framework allocators against no caching +- cupool",
+                           "ms per step / call / iteration (median of rounds)", "time_vs_caching"),
               lambda: loop_plot(plt, results)):
         try:
             f()
