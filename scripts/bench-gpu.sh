@@ -166,8 +166,8 @@ fi
 # ---- CuPy: what is left when PyTorch does not run after it ------------------------------------
 # Like PyTorch's stage (below), after one round of every configuration it
 # runs the two its target compares until the deadline: 90 s buys a few
-# rounds; a run without PyTorch (BENCH_ONLY without torch) gives it the rest
-# of the budget.
+# rounds; a run without PyTorch and the parity suite (BENCH_ONLY without
+# torch and parity) gives it the rest of the budget.
 cupy_cap=90
 want torch || want parity || cupy_cap=$budget
 want cupy && run_stage cupy "$cupy_cap" "$python" "$src/bench/cupy_bench.py" --cupool "$launcher" --library "$lib" \
@@ -176,9 +176,11 @@ want cupy && run_stage cupy "$cupy_cap" "$python" "$src/bench/cupy_bench.py" --c
 # ---- memory parity: PyTorch (cnn, lm, infer) and CuPy against their allocators --------------
 # Peak whole-process memory (NVML, sampled during the run) and step time of
 # four workloads in five configurations (bench/parity_bench.py).  Its
-# processes take 3-8 s each (imports, CUDA start, 20 steps or 5 passes): a
-# warm-up, 20 in the first round (nocache-native runs there only), 16 in each
-# later one, about 90 s a round on an H100; 5 rounds want about 470 s.  Run
+# processes should take 3-8 s each (imports, CUDA start, 20 steps or 5
+# passes; an estimate from the PyTorch stage's 6-15 s processes, which run
+# 35 steps or 4 passes of 60 shapes): a warm-up, 20 in the first round
+# (nocache-native runs there only), 16 in each later one, 75-100 s a round
+# on an H100; 5 rounds want 400-500 s.  Run
 # alone (BENCH_ONLY=parity) it gets the whole budget and cuts the last
 # rounds short at its deadline; beside PyTorch it gets 240 s (two rounds) and
 # PyTorch the rest.
