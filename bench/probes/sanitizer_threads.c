@@ -5,7 +5,7 @@
  * made like cupool's, from THREADS threads at once, ROUNDS blocks each; every
  * block is filled, read back and checked.  Does the sanitizer report them by
  * itself?
- *   sanitizer-threads-probe VARIANT [THREADS]
+ *   sanitizer_threads VARIANT [THREADS]
  * 1 test_ptds under ordered: allocate on the legacy stream, fill on the
  *   thread's per-thread default stream; free odd rounds with cuMemFreeAsync
  *   on the per-thread stream (then synchronize it), even ones on the legacy stream
@@ -21,7 +21,7 @@
  *   thread's per-thread stream first made to wait on an event of the shared
  *   stream, as cupool does at a thread's first call in a context
  * The same variants with THREADS = 1 are the single-threaded controls.
- * Build: cc -I/usr/local/cuda/include -o probe sanitizer-threads-probe.c -lcuda -lpthread */
+ * Build: cc -I/usr/local/cuda/include -o PROBE sanitizer_threads.c -lcuda -lpthread */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,7 +102,7 @@ int main(int argc, char **argv)
     variant = argc > 1 ? atoi(argv[1]) : 0;
     int threads = argc > 2 ? atoi(argv[2]) : 4;
     if (variant < 1 || variant > 6 || threads < 1 || threads > MAX_THREADS) {
-        fprintf(stderr, "usage: sanitizer-threads-probe 1-6 [THREADS (1-%d)]\n", MAX_THREADS);
+        fprintf(stderr, "usage: sanitizer_threads 1-6 [THREADS (1-%d)]\n", MAX_THREADS);
         return 2;
     }
     CUdevice dev;

@@ -2,11 +2,11 @@
  * cuModuleLoadData PTX kernel) writing a stream-ordered allocation?  No
  * cupool: the driver API alone, the shape of test_memset_api's first node
  * (a 2-D u16 fill, 300 x 5 elements, pitch 1000, at offset 4098).
- *   sanitizer-module-probe OWN_POOL SIZE GRAPH LOAD_FIRST
+ *   sanitizer_fill_kernel OWN_POOL SIZE GRAPH LOAD_FIRST
  * OWN_POOL: 1 a pool made like cupool's, 0 the device's default pool;
  * SIZE: bytes of the allocation; GRAPH: 1 a graph kernel node, 0 cuLaunchKernel;
  * LOAD_FIRST: 1 load the module before the allocation, 0 after it.
- * Build: cc -I/usr/local/cuda/include -o probe sanitizer-module-probe.c -lcuda */
+ * Build: cc -I/usr/local/cuda/include -o PROBE sanitizer_fill_kernel.c -lcuda */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

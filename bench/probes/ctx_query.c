@@ -6,8 +6,8 @@
  *   +ctx   the same with a cuCtxGetCurrent before each of the two calls
  *   query  cuCtxGetCurrent alone
  * Prints each kind's median over the rounds (ns per pair, per query).
- *   ctx-query-probe [SIZE] [ROUNDS]
- * Build: cc -O2 -I/usr/local/cuda/include -o probe ctx-query-probe.c -lcuda */
+ *   ctx_query [SIZE] [ROUNDS]
+ * Build: cc -O2 -I/usr/local/cuda/include -o PROBE ctx_query.c -lcuda */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

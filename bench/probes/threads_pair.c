@@ -22,7 +22,7 @@
  *   get       cuCtxGetCurrent alone, ns a call
  *
  * Build on the GPU machine:
- *   cc -O2 -I/usr/local/cuda/include -o threads-pair-probe threads-pair-probe.c -lcuda -lpthread */
+ *   cc -O2 -I/usr/local/cuda/include -o threads_pair threads_pair.c -lcuda -lpthread */
 
 #include "driver_probe.h"
 

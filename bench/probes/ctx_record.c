@@ -5,31 +5,31 @@
  * Under PyTorch, which creates 128 streams, a fan-in costs about 70 us, so
  * fences are set 2 ms apart and freed blocks wait that long for reuse.
  *
- *   ctx-record-probe cost [STREAMS]   ns per fence, fan-in against
+ *   ctx_record cost [STREAMS]   ns per fence, fan-in against
  *                                     cuCtxRecordEvent, with STREAMS live
  *                                     non-blocking streams (default 128)
- *   ctx-record-probe cover            work queued on a non-blocking stream,
+ *   ctx_record cover            work queued on a non-blocking stream,
  *                                     on the legacy stream and on the
  *                                     per-thread stream (each alone, about
  *                                     20 ms of memsets): the context's event
  *                                     must stay NOT_READY until the work's
  *                                     own event completes; also in a context
  *                                     made with cuCtxCreate
- *   ctx-record-probe free             for compute-sanitizer
+ *   ctx_record free             for compute-sanitizer
  *                                     --track-stream-ordered-races all: a
  *                                     pool block written on a non-blocking
  *                                     stream, then freed on another stream
  *                                     after a wait on the context's event;
  *                                     a report means the sanitizer does not
  *                                     order the free after the write
- *   ctx-record-probe free-host        the same, the host waiting on the
+ *   ctx_record free-host        the same, the host waiting on the
  *                                     event (query, synchronize) before a
  *                                     free with no GPU dependency, as
  *                                     deferred.c does; then the block is
  *                                     allocated again and written elsewhere
  *
  * Build on the GPU machine:
- *   cc -O2 -I/usr/local/cuda/include -o ctx-record-probe ctx-record-probe.c -lcuda */
+ *   cc -O2 -I/usr/local/cuda/include -o ctx_record ctx_record.c -lcuda */
 
 #include "driver_probe.h"
 
@@ -188,6 +188,6 @@ int main(int argc, char **argv)
     if (strcmp(what, "cover") == 0) return cover();
     if (strcmp(what, "free") == 0) return free_after(1);
     if (strcmp(what, "free-host") == 0) return free_after(0);
-    fprintf(stderr, "usage: ctx-record-probe cost [STREAMS] | cover | free | free-host\n");
+    fprintf(stderr, "usage: ctx_record cost [STREAMS] | cover | free | free-host\n");
     return 2;
 }

@@ -1,9 +1,9 @@
 /* test_memset_api's first graph, rebuilt without cupool: the kernel nodes
  * cupool puts in place of its memset nodes (cupool's fill PTX, the launch
  * shapes of src/graph.h), on a 1 MiB block of a pool made like cupool's,
- * allocated on the legacy stream, launched on a blocking stream.  For the
- * next GPU session: does compute-sanitizer report this graph by itself?
- *   sanitizer-api-graph-probe VARIANT
+ * allocated on the legacy stream, launched on a blocking stream: does
+ * compute-sanitizer report this graph by itself?
+ *   sanitizer_memset_graph VARIANT
  * 1 the whole graph: empty root; m1 u8 (buf+1, 1000) after root; m2 u16 2-D
  *   (buf+4098, 300 x 5, pitch 1000), a root; m3 u32 (buf+65536, 10000) after
  *   m1 and m2; an empty node after m3
@@ -11,9 +11,9 @@
  * 5 as 1 on a cuMemAlloc block (not stream-ordered: the control)
  * 6 as 1 with cuCtxSynchronize after the allocation (nothing left in flight)
  * 7 as 1 with the block allocated on the launch stream itself
- * On the H200 (run9-probes.txt) 1, 3, 6 and 7 draw the 49 reports test_memset_api
+ * On the H200 1, 3, 6 and 7 draw the 49 reports test_memset_api
  * draws under cupool, all in-bounds writes of m2; 2, 4 and 5 are clean.
- * Build: cc -I/usr/local/cuda/include -o probe sanitizer-api-graph-probe.c -lcuda */
+ * Build: cc -I/usr/local/cuda/include -o PROBE sanitizer_memset_graph.c -lcuda */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,11 +4,11 @@
  * on a pool of our own, or cuMemAllocAsync), each variant the pattern one of
  * cupool's free modes or one of its test programs makes.  Each variant runs
  * 3 rounds with sizes 4, 8 and 12 KiB, so a report's size says which round.
- * Results on the H200: sanitizer-probe.txt.  Build and run (one process per
+ * Results on the H200: sanitizer_order.txt.  Build and run (one process per
  * variant):
- *   gcc -O1 -pthread -o sanitizer-probe sanitizer-probe.c -I/usr/local/cuda/include -lcuda
+ *   gcc -O1 -pthread -o sanitizer_order sanitizer_order.c -I/usr/local/cuda/include -lcuda
  *   compute-sanitizer --tool memcheck --track-stream-ordered-races all \
- *       --report-api-errors no ./sanitizer-probe N
+ *       --report-api-errors no ./sanitizer_order N
  */
 #include <cuda.h>
 #include <stdio.h>
