@@ -17,8 +17,8 @@ Configurations (each in its own process):
 Target: nopool-cupool within 1.02x of pool on the default stream.  Every
 configuration runs --rounds times, interleaved; then those two up to
 --focus-rounds more times while $BENCH_DEADLINE leaves time (an iteration's
-time moves from one process to the next: 0.34-0.65 ms with CuPy's pool in
-nine processes of the seventeenth session).  Ratios as in torch_bench.py.
+time moves from one process to the next: 0.34-0.65 ms with CuPy's pool
+over nine processes on one H200).  Ratios as in torch_bench.py.
 """
 
 import argparse

@@ -7,8 +7,8 @@ cupool, and proves that cupool sees their cudaMalloc calls.
   noalloc  the same kernels on buffers allocated up front: native and cupool,
            interleaved --noalloc-rounds times each (min of the process
            medians): target <= 1.01x.  A process's median moves by up to 10%
-           from one process to the next (H200, nineteenth session: native
-           22.4 and 25.2 us an iteration), ten times the target, so the
+           from one process to the next (two native processes on
+           one H200: 22.4 and 25.2 us an iteration), ten times the target, so the
            lowest of several processes is compared, each a second or so
   proof    a short alloc run under `cupool --stats`: the cuMemAlloc_v2 count in
            the statistics must cover every cudaMalloc the program made

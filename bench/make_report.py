@@ -395,8 +395,7 @@ def main():
              "directory); regenerate with\n\n```\nscripts/bench-gpu.sh bench-results\n"
              "python3 bench/make_report.py bench-results > docs/BENCHMARKS.md\n"
              "mkdir -p docs/img && cp bench-results/img/*.png bench-results/img/*.svg docs/img/\n```\n")
-    p.append("Later measurements, a PyTorch log with its report and replay, and how much the figures "
-             "move between runs: `docs/examples/README.md`.\n")
+    p.append("A PyTorch log with its report and replay: `docs/examples/README.md`.\n")
     p.append("## Machine\n")
     p.append(section_machine(results))
     p.append("## Targets\n")

@@ -17,10 +17,9 @@
  *
  * null_alloc and null_free are the pool calls themselves, under names cupool
  * does not intercept: the "bare" pair the overhead is measured against.
- * (Until the thirteenth session null_free called the exported
- * cuMemFreeAsync, which resolves to cupool's shim when cupool is preloaded:
- * the bare pair then held a lookup of cupool's, and the overhead read that
- * much low.)
+ * (The exported cuMemFreeAsync would resolve to cupool's shim when cupool is
+ * preloaded: the bare pair would then hold a lookup of cupool's, and the
+ * overhead would read that much low.)
  */
 #define __CUDA_API_VERSION_INTERNAL
 #include <cuda.h>

@@ -21,7 +21,7 @@ torch.cuda.synchronize() around each timed unit; every configuration runs
 --rounds times (interleaved with the others), then the four the time targets
 compare (caching and nocache-cupool of train and train-stream) up to
 --focus-rounds more times while $BENCH_DEADLINE leaves time: a step's time
-moves from one process to the next (train on the H200, seventeenth session:
+moves from one process to the next (train on one H200, over several processes:
 cupool 15.8-17.6 ms, PyTorch's cudaMallocAsync 15.8-18.2, the caching
 allocator mostly 15.3-16.0), so a ratio is only as good as the number of
 processes behind it.
