@@ -401,11 +401,10 @@ static const struct row {
 #define NROWS (sizeof rows / sizeof rows[0])
 
 /* A row whose call the real driver may answer by crashing the process is
- * left out there: nothing to compare.  Driver 580 died of SIGSEGV in
- * cuGetProcAddress with a NULL name (docs/examples/run23.sh g) and with a
- * NULL out-pointer (the session's last GPU call), and in
- * cuGraphExecMemsetNodeSetParams with a NULL exec graph in one run of two
- * (run23.sh s; CUDA_ERROR_INVALID_VALUE in the other). */
+ * left out there: nothing to compare.  Driver 580 dies of SIGSEGV in
+ * cuGetProcAddress with a NULL name and with a NULL out-pointer, and in
+ * cuGraphExecMemsetNodeSetParams with a NULL exec graph in some processes
+ * (CUDA_ERROR_INVALID_VALUE in others). */
 static int crashes_real_driver(const struct row *r)
 {
     return r->call == proc_address_null_name || r->call == proc_address_null_out ||
