@@ -5,7 +5,7 @@
  * printed MESSAGE_REPEATS times, then once more to say the rest are dropped.
  * Never exits and never allocates on the device.
  */
-#include "common.h"
+#include "base.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -1,11 +1,15 @@
 /*
- * Declarations shared by cupool's source files: the real driver pointers
- * generated from symbols.h, the call bracket every shim uses, options,
- * messages, statistics and the log.  Nothing here is exported from the
- * library; include/cupool.h is the public face.
+ * The base layer, the bottom of cupool: what every other part uses and
+ * which itself uses nothing above it.  The real driver pointers generated
+ * from symbols.h and the loading of libcuda (real_driver.c), the spin lock
+ * and the hot line every call reads, options (options.c), messages
+ * (message.c), statistics counters (stats.c) and the call log with the call
+ * bracket every shim uses (log.c).  Nothing here is exported from the
+ * library; include/cupool.h is the public face.  The engine (engine/) and
+ * the shims (shims/) sit above it.
  */
-#ifndef CUPOOL_COMMON_H
-#define CUPOOL_COMMON_H
+#ifndef CUPOOL_BASE_H
+#define CUPOOL_BASE_H
 
 #ifdef HAVE_CONFIG_H
 #include "config.h" /* _GNU_SOURCE for dladdr, dlvsym */
@@ -21,7 +25,7 @@
 #define CUPOOL_EXPORT __attribute__((visibility("default")))
 #define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* The functions of the fast paths (memory.c): placed together (.text.hot),
+/* The functions of the fast paths (shims/memory.c): placed together (.text.hot),
  * so that the few instruction lines an allocation and a free run stay
  * apart from the rest, which the driver's own code evicts between calls. */
 #define CUPOOL_HOT_PATH __attribute__((hot))
@@ -69,7 +73,7 @@ static inline void cupool_wait_turn(unsigned tries, unsigned spins)
     }
 }
 
-/* The contended case, out of line (driver.c): the uncontended path of
+/* The contended case, out of line (real_driver.c): the uncontended path of
  * every caller then stays a few instructions that save no registers. */
 void cupool_spin_wait(cupool_spinlock_t *lock);
 
@@ -90,7 +94,7 @@ static inline int cupool_spin_trylock(cupool_spinlock_t *lock)
 }
 #define CUPOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* ---- driver.c: the real driver ------------------------------------------ */
+/* ---- real_driver.c: the real driver ------------------------------------- */
 
 enum { CUPOOL_ANY, CUPOOL_LEGACY, CUPOOL_PTDS };
 
@@ -117,19 +121,19 @@ typedef struct cupool_hot {
     atomic_int driver_loaded; /* cupool_driver_load() succeeded */
     atomic_int started;       /* the program's cuInit succeeded: pools may be used */
     int timing;               /* the log or statistics need timestamps */
-    int count_used;           /* something reads the devices' `used` counts (context.h) */
-    atomic_int fast;          /* memory.c's fast paths may run: started, no log, statistics or limit,
+    int count_used;           /* something reads the devices' `used` counts (engine) */
+    atomic_int fast;          /* shims/memory.c's fast paths may run: started, no log, statistics or limit,
                                  CUPOOL_FREE not deferred, and no context has moved to `deferred` */
-    atomic_int captures;      /* stream captures in progress, any thread (stream.c) */
-    atomic_uint generation;   /* bumped when a context goes away (context.c) */
-    int queue;                /* ordered pool calls go through the contexts' driver queues (queue.c) */
+    atomic_int captures;      /* stream captures in progress, any thread (engine/capture.c) */
+    atomic_uint generation;   /* bumped when a context goes away (engine/registry.c) */
+    int queue;                /* ordered pool calls go through the contexts' driver queues (engine/queue.c) */
     /* The driver calls of a pooled allocation and free: copies of their
      * real_* pointers, made when the driver is loaded. */
     __typeof__(cuCtxGetCurrent) *ctx_get_current;
     __typeof__(cuMemAllocFromPoolAsync) *alloc_from_pool;
     __typeof__(cuMemFreeAsync) *free_async;
-    /* The largest block `ordered` keeps for reuse (context.h,
-     * cupool_ordered_keeps), set by start(): here, every `ordered` free
+    /* The largest block `ordered` keeps for reuse (engine/state.h,
+     * cupool_ordered_keeps), set at start-up (engine/registry.c): here, every `ordered` free
      * asks, and the options' lines would be two more to miss. */
     uint64_t ordered_keep_max;
 } __attribute__((aligned(64))) cupool_hot_t;
@@ -137,15 +141,15 @@ _Static_assert(sizeof(cupool_hot_t) == 64, "what every call reads of the process
 extern cupool_hot_t cupool_hot;
 
 /* The same for the calling thread: what its allocations and frees read of
- * its own, in one line (defined in driver.c). */
+ * its own, in one line (defined in real_driver.c). */
 typedef struct cupool_thread {
-    struct cupool_context *context;       /* its current context's state, cached (context.c) ... */
+    struct cupool_context *context;       /* its current context's state, cached (engine/registry.c) ... */
     CUcontext context_handle;             /* ... for this context */
     unsigned context_generation;          /* ... as of this cupool_hot.generation */
-    short in_front;                       /* it is making calls in front of a driver queue (queue.c) */
+    short in_front;                       /* it is making calls in front of a driver queue (engine/queue.c) */
     _Atomic short fast_device;            /* the device the fast paths' counts below are of (stats.c) */
-    struct cupool_origin_entry *last_inserted, *last_retired; /* the origin table's hints (origin.c) */
-    /* What the fast paths (memory.c) served in the cached context, on
+    struct cupool_origin_entry *last_inserted, *last_retired; /* the origin table's hints (engine/origin.c) */
+    /* What the fast paths (shims/memory.c) served in the cached context, on
      * fast_device: counted here, in the line they read anyway, and moved
      * into the thread's statistics set when the cache is refilled.  Only
      * this thread writes them; cupool_get_stats reads them from others. */
@@ -168,9 +172,9 @@ static inline int cupool_capturing(void)
  * fails the call and invalidates the capture.  So such a call is counted
  * while it runs, and a capture begins only once no counted call runs (or
  * after LEGACY_CALLS_MAX_WAIT_NS); each side announces itself before it
- * looks at the other (stream.c), so that either the call sees the capture
+ * looks at the other (engine/capture.c), so that either the call sees the capture
  * and keeps off the legacy stream, or the capture waits for the call. */
-extern atomic_int cupool_legacy_calls;
+extern atomic_int cupool_legacy_calls; /* in a line of its own (real_driver.c) */
 /* 1: the call may be made now (cupool_legacy_leave() after it); 0: a
  * capture is in progress or beginning, keep off the legacy stream. */
 static inline int cupool_legacy_enter(void)
@@ -214,6 +218,15 @@ static inline int cupool_active(void)
 void cupool_stop(void);
 const char *cupool_symbol_name(int sym);
 const char *cupool_result_name(CUresult result);
+/* The C library's dlsym, never cupool's override (NULL if not found). */
+typedef void *cupool_dlsym_fn_t(void *, const char *);
+cupool_dlsym_fn_t *cupool_real_dlsym(void);
+/* Makes ctx current for the caller if it is not; returns 1 when it pushed. */
+int cupool_enter_context(CUcontext ctx);
+void cupool_leave_context(int pushed);
+/* Capture-safe bracket around cupool's own driver calls. */
+CUstreamCaptureMode cupool_relaxed_begin(void);
+void cupool_relaxed_end(CUstreamCaptureMode previous);
 
 /* ---- options.c ----------------------------------------------------------- */
 
@@ -355,12 +368,12 @@ CUresult cupool_missing(const char *name);
 typedef struct cupool_device_stats {
     atomic_ullong in_use, peak_in_use, peak_reserved; /* only while timing */
     atomic_ullong trims, oom_retries, rewritten_memsets;
-    atomic_ullong ready_reuses; /* allocations served by a block of their size freed earlier (deferred.c) */
-    atomic_ullong ordered_fences; /* events recorded on the legacy stream so that such a block can serve (deferred.c) */
-    atomic_ullong misses_given_back, given_back_bytes; /* large allocations the store handed blocks back for (deferred.c) */
-    atomic_ullong oversize_kept; /* `ordered` frees the store kept though larger than itself (deferred.c) */
-    atomic_ullong deferred_waits; /* frees that waited for the GPU, more than DEFERRED_MAX_BYTES waiting (deferred.c) */
-    atomic_ullong queued_calls; /* pool calls made for a waiting thread, only while timing (queue.c) */
+    atomic_ullong ready_reuses; /* allocations served by a block of their size freed earlier (engine's free store) */
+    atomic_ullong ordered_fences; /* events recorded on the legacy stream so that such a block can serve (engine's free store) */
+    atomic_ullong misses_given_back, given_back_bytes; /* large allocations the store handed blocks back for (engine's free store) */
+    atomic_ullong oversize_kept; /* `ordered` frees the store kept though larger than itself (engine's free store) */
+    atomic_ullong deferred_waits; /* frees that waited for the GPU, more than DEFERRED_MAX_BYTES waiting (engine's free store) */
+    atomic_ullong queued_calls; /* pool calls made for a waiting thread, only while timing (engine/queue.c) */
 } cupool_device_stats_t;
 
 extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
@@ -368,7 +381,7 @@ extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
 void cupool_stats_call(int sym, uint64_t served_ns);
 cupool_device_stats_t *cupool_stats_for(int device);
 void cupool_stats_alloc(int device, int route, size_t size);
-/* A pooled cuMemAlloc or cuMemFree served by a fast path (memory.c; never
+/* A pooled cuMemAlloc or cuMemFree served by a fast path (shims/memory.c; never
  * while CUPOOL_STATS or CUPOOL_LOG is on), in the thread's cached context.
  * The fast paths run only where the thread's context cache holds, which
  * cupool_stats_thread() allowed: their counts are then read with the
@@ -399,6 +412,7 @@ void cupool_stats_reserved(int device, uint64_t reserved);
 void cupool_stats_print(void);
 
 /* ---- log.c --------------------------------------------------------------- */
+
 
 void cupool_log_open(void);
 void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns);

@@ -11,7 +11,7 @@
  * The file is opened without following a symbolic link, mode 0600, and
  * must belong to the user.
  */
-#include "common.h"
+#include "base.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -782,4 +782,17 @@ void cupool_log_flush(void)
     pthread_mutex_unlock(&buffers_lock);
     pthread_mutex_lock(&queue_lock);
     write_queue_then_unlock(NULL, NULL, 0);
+}
+
+/* ---- the call bracket (base.h) -------------------------------------------- */
+
+CUresult cupool_call_end_timed(cupool_call_t *c, CUresult result)
+{
+    uint64_t served = 0, end = cupool_now_ns();
+    /* Time in cupool means the calls cupool served itself; the rest is the
+     * driver's own time, which the program would spend anyway. */
+    if (c->route == CUPOOL_ROUTE_POOL || c->route == CUPOOL_ROUTE_REWRITTEN) served = end - c->start_ns;
+    if (cupool_log_level >= 0) cupool_log_call(c, result, end);
+    cupool_stats_call(c->sym, served);
+    return result;
 }

@@ -1,10 +1,10 @@
 /*
- * The CUPOOL_* environment options: one table (common.h's CUPOOL_OPTIONS),
+ * The CUPOOL_* environment options: one table (base.h's CUPOOL_OPTIONS),
  * each value read and validated once, on first use.  A bad value keeps the
  * default and says why in one message; CUPOOL_VERBOSE=1 prints every
  * effective value and where it came from.  No getenv anywhere else.
  */
-#include "common.h"
+#include "base.h"
 
 #include <errno.h>
 #include <math.h>

@@ -6,7 +6,7 @@
  * touches are kept per thread; the summary is printed at exit and touches no
  * driver.
  */
-#include "common.h"
+#include "base.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -51,7 +51,7 @@ enum { HOT_POOLED_ALLOCS, HOT_NATIVE_ALLOCS, HOT_POOLED_FREES, HOT_NATIVE_FREES,
 /* A device's counters fill one cache line of the set (it is line-aligned
  * and they come first): an allocation or free writes that line alone.  The
  * fast paths of cuMemAlloc and cuMemFree count in the thread's own line
- * instead (common.h, cupool_stats_fast_*), whose counts move here when the
+ * instead (base.h, cupool_stats_fast_*), whose counts move here when the
  * thread's context cache is refilled or the thread ends; they count no
  * `calls`, which only the CUPOOL_STATS summary prints: they are off while
  * CUPOOL_STATS is on. */
