@@ -9,9 +9,10 @@
  * Everything is written before the process exits, and calls the exiting
  * thread makes after that (later exit handlers) are written as they come.
  * The file is opened without following a symbolic link, mode 0600, and
- * must belong to the user.
+ * must belong to the user.  The call bracket's out-of-line end, which logs
+ * and counts a timed call (cupool_call_end_timed), is here too.
  */
-#include "base.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -568,6 +569,9 @@ static void write_start_line(void)
 
 void cupool_log_open(void)
 {
+    /* Messages go into the log too, once it is open (cupool_log_message
+     * writes nothing before). */
+    cupool_message_sink(cupool_log_message);
     const char *pattern = cupool_option_string(CUPOOL_OPT_LOG);
     if (!pattern || !*pattern) return;
     if (strcmp(pattern, "-") == 0) {

@@ -7,7 +7,8 @@
  * context current, the relaxed capture mode around cupool's own calls).
  * How a program's calls reach cupool's shims instead is shims/interpose.c.
  */
-#include "base.h"
+#include "real_driver.h"
+#include "options.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

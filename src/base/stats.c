@@ -6,7 +6,8 @@
  * touches are kept per thread; the summary is printed at exit and touches no
  * driver.
  */
-#include "base.h"
+#include "stats.h"
+#include "options.h"
 
 #include <math.h>
 #include <stddef.h>

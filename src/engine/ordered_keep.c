@@ -13,8 +13,7 @@
 /* ---- ordered reuse ----------------------------------------------------------
  * An `ordered` allocation and free cost two pool calls on the legacy stream
  * (0.7-1.2 us a pair on the H200), and PyTorch makes about 520 pairs in a
- * training step (2.4-4.1% of it; docs/examples/README.md, seventeenth
- * session).  A freed block need not leave cupool's hands to serve the
+ * training step (2.4-4.1% of it; docs/examples/README.md).  A freed block need not leave cupool's hands to serve the
  * context's next allocation of its size: what that needs is order, not
  * completion.  `ordered` holds while every user of the context's memory is
  * on the legacy, a blocking or a per-thread stream; an operation on the
@@ -106,8 +105,8 @@ static int oversize_of_another_thread(const cupool_context_t *c)
  * or age.  A block larger than the whole store is kept too, beside the
  * others, until the next free (which hands it back first), a miss of 1 MiB
  * or more, or its age: a program that frees a large buffer and allocates
- * its size again (the allocation pair at 256 MiB and 1 GiB, twenty-first
- * session) then makes no pool call, for at most one block's memory, which
+ * its size again (the allocation pair at 256 MiB and 1 GiB) then makes no
+ * pool call, for at most one block's memory, which
  * the pool, keeping everything it reserved, would hold anyway. */
 int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
 {

@@ -288,9 +288,9 @@ void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
 /* An allocation of `size` the store has no block for: its blocks are
  * memory the pool cannot give to it, so the pool would reserve more while
  * they wait for sizes that may not come again (PyTorch inference over
- * changing shapes, a 256 MiB store: the peak 2.10x the caching allocator's,
- * nineteenth session; 1.09-1.17x with this, and 1.01-1.09x with it and a
- * 64 MiB store, twentieth).  The oldest go back on
+ * changing shapes, a 256 MiB store: the peak 2.10x the caching allocator's;
+ * 1.09-1.17x with this, and 1.01-1.09x with it and a 64 MiB store).  The
+ * oldest go back on
  * `stream` (on the legacy stream while their users may still run), where
  * the allocation follows them, so the pool can hand their memory straight
  * on.  c->lock held. */
