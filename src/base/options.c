@@ -18,7 +18,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum option_kind { KIND_ENUM, KIND_SIZE, KIND_BOOL, KIND_STRING };
+enum option_kind { KIND_ENUM, KIND_SIZE, KIND_HELD, KIND_BOOL, KIND_STRING };
 
 typedef struct option_row {
     const char *env;          /* environment variable */
@@ -76,6 +76,36 @@ int cupool_parse_size(const char *text, uint64_t *out)
     return 0;
 }
 
+int cupool_parse_held(const char *text, uint64_t *out)
+{
+    size_t len = text ? strlen(text) : 0;
+    if (len < 2 || text[len - 1] != '%') {
+        /* A byte count may not reach the flag bit (2^63 bytes is 8 EiB). */
+        uint64_t bytes;
+        if (cupool_parse_size(text, &bytes) != 0) return -1;
+        if (bytes != CUPOOL_SIZE_UNLIMITED && (bytes & CUPOOL_SHARE_FLAG)) return -1;
+        *out = bytes;
+        return 0;
+    }
+    /* The number before '%' as a size has no suffix: bare decimal digits. */
+    char number[32];
+    if (len - 1 >= sizeof number) return -1;
+    memcpy(number, text, len - 1);
+    number[len - 1] = '\0';
+    if (strspn(number, "0123456789.") != len - 1) return -1;
+    errno = 0;
+    char *end;
+    double percent = strtod(number, &end);
+    if (errno || *end || !isfinite(percent)) return -1;
+    /* 0% would mean nothing may be held: say 0 for that; a share finer
+     * than a hundredth of a percent is not kept (12.345% is refused, not
+     * rounded). */
+    double bp = nearbyint(percent * 100);
+    if (bp < 1 || bp > (double)CUPOOL_SHARE_MAX_BP || fabs(percent * 100 - bp) > 1e-6) return -1;
+    *out = CUPOOL_SHARE_FLAG | (uint64_t)bp;
+    return 0;
+}
+
 static int parse_enum(const char *choices, const char *text, uint64_t *out)
 {
     size_t len = strlen(text);
@@ -107,6 +137,7 @@ static int parse_value(const option_row_t *row, const char *text, uint64_t *valu
     switch (row->kind) {
     case KIND_ENUM: return parse_enum(row->choices, text, value);
     case KIND_SIZE: return cupool_parse_size(text, value);
+    case KIND_HELD: return cupool_parse_held(text, value);
     case KIND_BOOL: return parse_bool(text, value);
     case KIND_STRING: *value = *text != '\0'; return 0;
     }
@@ -118,6 +149,7 @@ static const char *expected(const option_row_t *row)
     switch (row->kind) {
     case KIND_ENUM: return row->choices;
     case KIND_SIZE: return "a byte count with an optional K/M/G/T suffix, or unlimited";
+    case KIND_HELD: return "a byte count with an optional K/M/G/T suffix, unlimited, or a share of the bytes in use such as 25%";
     case KIND_BOOL: return "0 or 1";
     default: return "text";
     }

@@ -19,8 +19,10 @@
     X(MAX_SIZE, "CUPOOL_MAX_SIZE", SIZE, "unlimited", NULL, "largest allocation served from a pool")          \
     X(SPLIT_SIZE, "CUPOOL_SPLIT_SIZE", SIZE, "1M", NULL, "policy split: sizes below this use the small pool")  \
     X(LIMIT, "CUPOOL_LIMIT", SIZE, "unlimited", NULL, "bytes per device the pools may hold; beyond it allocations go native") \
-    X(DEFERRED_READY, "CUPOOL_DEFERRED_READY", SIZE, "1G", NULL,                                              \
-      "deferred: bytes of freed blocks, their users done, a context keeps for the next allocation of their size") \
+    X(DEFERRED_READY, "CUPOOL_DEFERRED_READY", HELD, "1G", NULL,                                              \
+      "deferred: bytes of freed blocks, their users done, a context keeps for the next allocation of their size (N% = share of the bytes in use)") \
+    X(DEFERRED_WAIT, "CUPOOL_DEFERRED_WAIT", HELD, "1G", NULL,                                                \
+      "deferred: bytes of freed blocks a context lets wait for their fences before a free waits for the GPU (N% = share of the bytes in use)") \
     X(ORDERED_READY, "CUPOOL_ORDERED_READY", SIZE, "64M", NULL,                                                \
       "ordered: bytes of freed blocks a context keeps for the next allocation of their size") \
     X(DEFERRED_FENCE, "CUPOOL_DEFERRED_FENCE", ENUM, "auto", "auto|context|streams",                         \
@@ -51,6 +53,15 @@ enum { CUPOOL_MEMSET_AUTO, CUPOOL_MEMSET_KERNEL, CUPOOL_MEMSET_NATIVE };
 enum { CUPOOL_LOG_ERROR, CUPOOL_LOG_WARN, CUPOOL_LOG_CALL };
 
 #define CUPOOL_SIZE_UNLIMITED UINT64_MAX
+/* A HELD option given as a share of the bytes in use ("25%"): the flag
+ * bit, and the share in hundredths of a percent below it.  What it comes
+ * to at a moment is the engine's to say (cupool_held_cap). */
+#define CUPOOL_SHARE_FLAG (1ull << 63)
+#define CUPOOL_SHARE_MAX_BP 1000000ull /* 10000%: larger shares are surely a mistake */
+static inline int cupool_is_share(uint64_t value)
+{
+    return value != CUPOOL_SIZE_UNLIMITED && (value & CUPOOL_SHARE_FLAG);
+}
 
 /* The value of an option (parsed and validated on first use). */
 /* Inline: pick_pool asks for three options on every allocation. */
@@ -71,6 +82,9 @@ static inline uint64_t cupool_option_started(enum cupool_option id)
 const char *cupool_option_string(enum cupool_option id);
 /* Parse a size ("512", "64K", "1.5G", "unlimited"); 0 on success. */
 int cupool_parse_size(const char *text, uint64_t *out);
+/* Parse a size or a share of the bytes in use ("25%", "12.5%": stored as
+ * CUPOOL_SHARE_FLAG | hundredths of a percent); 0 on success. */
+int cupool_parse_held(const char *text, uint64_t *out);
 void cupool_options_print(void);
 /* Whether a CUDA tool (compute-sanitizer, Nsight) is attached to the
  * process, as the variables the tools set in it say. */

@@ -23,7 +23,13 @@ typedef struct cupool_device_stats {
     atomic_ullong ordered_fences; /* events recorded on the legacy stream so that such a block can serve (engine's free store) */
     atomic_ullong misses_given_back, given_back_bytes; /* large allocations the store handed blocks back for (engine's free store) */
     atomic_ullong oversize_kept; /* `ordered` frees the store kept though larger than itself (engine's free store) */
-    atomic_ullong deferred_waits; /* frees that waited for the GPU, more than DEFERRED_MAX_BYTES waiting (engine's free store) */
+    atomic_ullong deferred_waits; /* frees that waited for the GPU, more than CUPOOL_DEFERRED_WAIT waiting (engine's free store) */
+    /* Where the reserve above what is in use was, only while timing: at the
+     * peak reserved (a snapshot under peak_lock), and the most each part
+     * held at once. */
+    cupool_spinlock_t peak_lock;
+    uint64_t at_peak_in_use, at_peak_ready, at_peak_waiting;
+    atomic_ullong peak_ready, peak_waiting;
     atomic_ullong queued_calls; /* pool calls made for a waiting thread, only while timing (engine/queue.c) */
 } cupool_device_stats_t;
 
@@ -59,7 +65,12 @@ static inline void cupool_stats_fast_free(size_t size)
  * set of exited threads. */
 int cupool_stats_thread(int device);
 void cupool_stats_free(int device, int route, size_t size);
-void cupool_stats_reserved(int device, uint64_t reserved);
+/* The device's pools reserve `reserved` bytes while cupool holds `ready`
+ * bytes in the ready store and `waiting` waiting for their fences. */
+void cupool_stats_reserved(int device, uint64_t reserved, uint64_t ready, uint64_t waiting);
+/* cupool holds `ready` bytes in a context's ready store and `waiting`
+ * waiting for their fences (for the most held at once). */
+void cupool_stats_held(int device, uint64_t ready, uint64_t waiting);
 void cupool_stats_print(void);
 
 #endif

@@ -32,11 +32,9 @@
 
 /* A program that frees faster than the GPU catches up (the host runs ahead
  * of its kernels) would otherwise pile up freed memory without bound; past
- * this many bytes waiting, a free waits for the oldest batches (a native
- * cuMemFree would have waited for the whole device). */
-#ifndef DEFERRED_MAX_BYTES /* -D for a measurement (docs/examples/run24.sh) */
-#define DEFERRED_MAX_BYTES (1ull << 30)
-#endif
+ * CUPOOL_DEFERRED_WAIT bytes waiting (cupool_held_cap), a free waits for
+ * the oldest batches (a native cuMemFree would have waited for the whole
+ * device). */
 
 static CUevent take_event(cupool_context_t *c)
 {
@@ -223,7 +221,7 @@ static void record_batch(cupool_context_t *c)
                             cupool_result_name(r));
         if (batch) cupool_give_record(&c->spare_batches, batch);
         real_cuCtxSynchronize();
-        c->deferred_bytes -= cupool_release_blocks(c, c->pending, c->private_stream);
+        CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - cupool_release_blocks(c, c->pending, c->private_stream));
     } else {
         batch->blocks = c->pending;
         batch->next = NULL;
@@ -279,7 +277,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         give_event(c, batch->fence);
         for (deferred_block_t *b = batch->blocks, *next; b; b = next) {
             next = b->next;
-            c->deferred_bytes -= b->size;
+            CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - b->size);
             if (cap) cupool_ready_put(c, b, batch->fenced_ns, c->private_stream);
             else cupool_release_block(c, b, c->private_stream);
         }
@@ -287,6 +285,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
     }
     if (c->ready_oldest) cupool_ready_trim(c, cap, cupool_now_ns(), c->private_stream);
     if (c->held && atomic_load(&cupool_hot.captures) == 0) release_held(c);
+    if (cupool_hot.timing) cupool_stats_held(c->ordinal, c->ready_bytes, c->deferred_bytes);
 }
 
 /* Reclaims under the context's lock (keep as for reclaim_locked) and, for a
@@ -344,14 +343,15 @@ CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     } else {
         b->next = c->pending;
         CUPOOL_HINT_WRITE(c->pending, b);
-        c->deferred_bytes += o->size;
+        CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes + o->size);
         /* Only a batch that may wait for company needs its start time. */
         if (c->npending++ == 0 && batch_wait_ns(c) > 0) c->batch_start_ns = cupool_now_ns();
         /* Past the cap, wait for the oldest batches until a quarter of it
          * is free again: the host stays ahead of the GPU, by less. */
-        int over = c->deferred_bytes > DEFERRED_MAX_BYTES;
+        uint64_t cap = cupool_held_cap(c, CUPOOL_OPT_DEFERRED_WAIT);
+        int over = c->deferred_bytes > cap;
         if (over) atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->deferred_waits, 1, memory_order_relaxed);
-        reclaim_locked(c, over ? DEFERRED_MAX_BYTES / 4 * 3 : UINT64_MAX);
+        reclaim_locked(c, over ? cap / 4 * 3 : UINT64_MAX);
     }
     pthread_mutex_unlock(&c->lock);
     return CUDA_SUCCESS;
@@ -376,5 +376,5 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
     CUPOOL_HINT_WRITE(c->pending, NULL);
     CUPOOL_HINT_WRITE(c->held, NULL);
     c->npending = 0;
-    c->deferred_bytes = 0;
+    CUPOOL_HINT_WRITE(c->deferred_bytes, 0);
 }

@@ -83,8 +83,11 @@ static inline void cupool_give_record(cupool_spare_list_t *list, void *record)
 
 /* ---- ready_store.c ----------------------------------------------------------- */
 
+/* What HELD option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT)
+ * allows the context to hold now (see ready_store.c). */
+uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id);
 /* The most the store keeps now (see ready_store.c). */
-uint64_t cupool_ready_cap(const cupool_context_t *c);
+uint64_t cupool_ready_cap(cupool_context_t *c);
 /* The list of a size, which may be empty; NULL when the size has none. */
 struct ready_size *cupool_ready_find(cupool_context_t *c, size_t size);
 /* Hands one block, no longer anywhere in cupool's lists, back to its pool

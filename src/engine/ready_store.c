@@ -84,15 +84,37 @@ CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
  * that size still waiting for its fence, not a size the program dropped. */
 #define READY_MAX_AGE_NS 1000000000ull
 
+/* CUPOOL_DEFERRED_READY and CUPOOL_DEFERRED_WAIT may be a share of the
+ * bytes in use ("25%"): what cupool holds then grows and shrinks with the
+ * program, as a framework's caching allocator's cache does.  A share never
+ * comes to less than this, so that a small program's frees do not wait for
+ * the GPU one by one. */
+#define HELD_SHARE_FLOOR (64ull << 20)
+
+/* The bytes option `id` allows, or its share of the bytes the program has
+ * in use on the device (the pools' allocated bytes less what this context
+ * holds; a second context on the device means `sync`, which holds
+ * nothing). */
+uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id)
+{
+    uint64_t value = cupool_option_started(id);
+    if (!cupool_is_share(value)) return value;
+    uint64_t used = cupool_device_pool_used_recent(c->device, cupool_now_ns());
+    uint64_t held = c->ready_bytes + c->deferred_bytes;
+    uint64_t in_use = used > held ? used - held : 0;
+    uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
+    return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
+}
+
 /* The most the store keeps now: CUPOOL_DEFERRED_READY or
  * CUPOOL_ORDERED_READY as the context's mode says (0 turns it off; `sync`
  * keeps nothing), no more than a pool keeps across synchronizations
  * (CUPOOL_RELEASE_THRESHOLD), and no more than CUPOOL_LIMIT leaves beside
  * the blocks in use on the device (the count CUPOOL_LIMIT keeps). */
-uint64_t cupool_ready_cap(const cupool_context_t *c)
+uint64_t cupool_ready_cap(cupool_context_t *c)
 {
     int mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
-    uint64_t cap = mode == CUPOOL_FREE_DEFERRED  ? cupool_option_started(CUPOOL_OPT_DEFERRED_READY)
+    uint64_t cap = mode == CUPOOL_FREE_DEFERRED  ? cupool_held_cap(c, CUPOOL_OPT_DEFERRED_READY)
                    : mode == CUPOOL_FREE_ORDERED ? cupool_option_started(CUPOOL_OPT_ORDERED_READY)
                                                  : 0;
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
@@ -182,6 +204,8 @@ void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
         cupool_origin_remove(b->ptr, &gone);
         cupool_give_back(b->ptr, stream);
         cupool_give_record(&c->spare_blocks, b);
+        /* The pools' allocated bytes just fell: a share (cupool_held_cap) asks anew. */
+        atomic_store_explicit(&c->device->pool_used_at_ns, 0, memory_order_relaxed);
     }
     if (legacy) cupool_legacy_leave();
 }

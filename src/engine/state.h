@@ -30,6 +30,8 @@ typedef struct cupool_device {
     atomic_ullong used;                      /* bytes allocated from the pools and not freed */
     atomic_ullong reserved;                  /* pools' reserved bytes when last asked */
     atomic_ullong reserved_at_ns;            /* ... and when */
+    atomic_ullong pool_used;                 /* pools' allocated bytes when last asked */
+    atomic_ullong pool_used_at_ns;           /* ... and when (0: ask anew) */
 } __attribute__((aligned(64))) cupool_device_t; /* its first fields in one line */
 
 typedef struct deferred_block deferred_block_t;
@@ -81,7 +83,7 @@ typedef struct cupool_context {
     CUstream *streams;                       /* live non-blocking streams of the program */
     int nstreams, streams_cap;
     int npending;
-    uint64_t deferred_bytes;                 /* freed but not yet back in a pool */
+    uint64_t deferred_bytes;                 /* freed, waiting for fences (read without the lock as a hint) */
     uint64_t batch_start_ns;                 /* when the first pending free came */
     CUstream fence_stream;                   /* cupool's, waits for every stream's work */
     int streams_folded;                      /* destroyed streams' work waited for on fence_stream (deferred_fence.c) */
@@ -208,6 +210,11 @@ uint64_t cupool_device_reserved(cupool_device_t *dev);
  * hold less than is in use, or the last answer is 1 ms old): for the log
  * and statistics, which would otherwise query the driver on every call. */
 uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
+/* The bytes the device's pools have allocated (in use by the program, or
+ * held by cupool), asked of the driver at most once a millisecond: what a
+ * CUPOOL_DEFERRED_READY or CUPOOL_DEFERRED_WAIT given as a share is a
+ * share of (cupool_held_cap). */
+uint64_t cupool_device_pool_used_recent(cupool_device_t *dev, uint64_t now_ns);
 
 /* Moves a context out of `ordered`: synchronizes it (after the capture in
  * progress, if any). */
@@ -227,10 +234,15 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
 /* Hands the context's ready blocks back to the pool now, on its own stream
  * (it has left `deferred`, or may be about to die). */
 void cupool_deferred_return_ready(cupool_context_t *c);
-/* Bytes of the context's ready blocks (a hint, read without its lock). */
+/* Bytes of the context's ready blocks, and of its blocks waiting for
+ * their fences (hints, read without its lock). */
 static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
 {
     return CUPOOL_HINT_READ(c->ready_bytes);
+}
+static inline uint64_t cupool_deferred_waiting_bytes(const cupool_context_t *c)
+{
+    return CUPOOL_HINT_READ(c->deferred_bytes);
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
 /* The program is destroying one of the context's non-blocking streams,

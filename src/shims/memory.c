@@ -198,7 +198,8 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     cupool_stats_alloc(call->device, CUPOOL_ROUTE_POOL, size);
     if (cupool_hot.timing) {
         call->reserved = cupool_device_reserved_recent(c->device, call->start_ns);
-        cupool_stats_reserved(call->device, call->reserved);
+        cupool_stats_reserved(call->device, call->reserved, cupool_deferred_ready_bytes(c),
+                              cupool_deferred_waiting_bytes(c));
     }
     return CUDA_SUCCESS;
 }
