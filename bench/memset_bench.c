@@ -1,10 +1,10 @@
 /*
  * memset_bench: what a graph memset node costs natively against the kernel
- * node cupool puts in its place (src/graph.c), side by side in one run, by
+ * node cupool puts in its place (src/shims/graph.c), side by side in one run, by
  * size (4 KiB to 1 GiB) and element size.  The benchmark does not go through
  * cupool: it loads cupool's fill kernels from the very PTX the library carries
- * (src/fill_ptx.h) and gives the kernel nodes the launch shape cupool gives
- * them (src/graph.h), so both columns run on the same plain cuMemAlloc
+ * (src/shims/fill_ptx.h) and gives the kernel nodes the launch shape cupool gives
+ * them (src/shims/graph.h), so both columns run on the same plain cuMemAlloc
  * memory and differ only in the node.  (Run under cupool with
  * CUPOOL_MEMSET=kernel, every memset node would be rewritten and there would
  * be no native column left to compare with.)
@@ -20,13 +20,13 @@
  *   memset_bench [-o FILE] [-e 1,4] [-m MAX_BYTES] [-t SECONDS] [-d DEVICE] [-b BLOCKS_PER_SM]
  *
  * -b tries another grid cap than cupool's (CUPOOL_FILL_BLOCKS_PER_SM in
- * src/graph.h), for tuning on a new GPU.
+ * src/shims/graph.h), for tuning on a new GPU.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
-#include "../src/fill_ptx.h"
-#include "../src/graph.h"
+#include "../src/shims/fill_ptx.h"
+#include "../src/shims/graph.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -113,7 +113,7 @@ static void native_graph(bench_graph_t *b, const CUDA_MEMSET_NODE_PARAMS *p, CUc
     finish_graph(b);
 }
 
-/* Exactly the node src/graph.c makes for these parameters. */
+/* Exactly the node src/shims/graph.c makes for these parameters. */
 static cupool_fill_shape_t kernel_graph(bench_graph_t *b, const CUDA_MEMSET_NODE_PARAMS *p)
 {
     cupool_fill_shape_t shape = cupool_fill_geometry(p->width, p->height, p->elementSize, max_blocks);

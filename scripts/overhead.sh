@@ -15,7 +15,7 @@
 #   - the same warm, with OVERHEAD_THREADS threads at once (default 2; 1
 #     skips it): the null driver's pool hands the block one thread freed to
 #     the next, as on the GPU machine between the threads of alloc_bench;
-#     since the driver queue (src/queue.c) this line mostly measures the
+#     since the driver queue (src/engine/queue.c) this line mostly measures the
 #     queue's hand-off between the threads, which on the null driver, whose
 #     calls cost nothing, saves nothing (README, "Threads"); without the
 #     queue (CUPOOL_DRIVER_QUEUE=off), its control, what any work between
@@ -92,7 +92,7 @@ import re, sys
 def totals(path):
     t = [0] * 9  # Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
     for line in open(path):
-        if not re.search(r'/src/[A-Za-z_]+\.[ch]:', line): continue
+        if not re.search(r'/src/([A-Za-z_]+/)?[A-Za-z_]+\.[ch]:', line): continue
         nums = [x for x in line.split() if not x.startswith('(') and not x.endswith('%)')]
         vals = []
         for x in nums[:9]:

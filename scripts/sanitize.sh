@@ -10,7 +10,7 @@
 #   thread   ThreadSanitizer: data races between the program's threads and
 #            cupool's (the tests with threads: stress, queue, ready, ptds,
 #            log...).  Fields read without their lock as a hint are relaxed
-#            atomics (CUPOOL_HINT_READ in src/common.h): a plain access to
+#            atomics (CUPOOL_HINT_READ in src/base/base.h): a plain access to
 #            them would show here.
 # Default: both.  Any report fails the run; the test logs stay in the build
 # directory ($SANITIZE_BUILD, default build-sanitize/ beside this script's
@@ -18,7 +18,7 @@
 # (libasan, libubsan, libtsan).  Environment: SANITIZE_BUILD, CONFIGURE_FLAGS
 # (e.g. --with-cuda=DIR), JOBS.
 #
-# Two things a sanitizer build needs from cupool, both in src/driver.c: its
+# Two things a sanitizer build needs from cupool, both in src/base/real_driver.c: its
 # dlsym override, which the sanitizer's runtime calls as it starts (before
 # its shadow memory exists), is not instrumented (CUPOOL_NOT_SANITIZED), and
 # finds the C library's dlsym without pthread_once, which ThreadSanitizer

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Proves libcupool.so exports exactly what it means to: every entry point of
-# src/symbols.h's CUPOOL_HANDLED list, the public API (cupool_version,
+# src/base/symbols.h's CUPOOL_HANDLED list, the public API (cupool_version,
 # cupool_get_stats) and dlsym at GLIBC_2.2.5 and (default) GLIBC_2.34; nothing
 # else and nothing less (in the manner of jansson's check-exports).  The list
 # is derived from symbols.h, so adding a row there keeps this test honest, and
@@ -12,7 +12,7 @@ NM=${NM:-nm}
 
 command -v "$NM" >/dev/null 2>&1 || { echo "test_exports: $NM not found: skipped"; exit 77; }
 [ -f "$lib" ] || { echo "test_exports: $lib missing" >&2; exit 99; }
-[ -f "$srcdir/src/symbols.h" ] || { echo "test_exports: $srcdir/src/symbols.h missing" >&2; exit 99; }
+[ -f "$srcdir/src/base/symbols.h" ] || { echo "test_exports: $srcdir/src/base/symbols.h missing" >&2; exit 99; }
 
 tmp=${TMPDIR:-/tmp}/cupool-exports.$$
 trap 'rm -f "$tmp".*' EXIT INT TERM
@@ -26,7 +26,7 @@ awk '
             row = substr($0, RSTART, RLENGTH); sub(/^[ \t]*X\([ \t]*/, "", row); print row
         }
         if ($0 !~ /\\[ \t]*$/) inside = 0
-    }' "$srcdir/src/symbols.h" >"$tmp.handled"
+    }' "$srcdir/src/base/symbols.h" >"$tmp.handled"
 
 count=$(wc -l <"$tmp.handled")
 if [ "$count" -lt 10 ]; then

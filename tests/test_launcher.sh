@@ -23,7 +23,7 @@ grep -q 'cannot find /nonexistent' /tmp/launcher.$$ || fail "no message for a mi
 rm -f /tmp/launcher.$$
 
 out=$(LD_PRELOAD=/keep/me.so "$launcher" --library "$lib" -p split -f sync -t 1G --min-size 4K --max-size 1G \
-    --split-size 2M --limit 8G --ordered-ready 128M --deferred-ready 256M --deferred-fence streams --driver-queue off -m kernel -l /tmp/x.%p.jsonl --log-level warn -s -v -- env 2>/dev/null) ||
+    --split-size 2M --limit 8G --ordered-ready 128M --deferred-ready 256M --deferred-wait 25% --deferred-fence streams --driver-queue off -m kernel -l /tmp/x.%p.jsonl --log-level warn -s -v -- env 2>/dev/null) ||
     fail "env did not run"
 expect() { printf '%s\n' "$out" | grep -qx "$1" || fail "expected $1 in the environment"; }
 expect "LD_PRELOAD=$lib:/keep/me.so"
@@ -36,6 +36,7 @@ expect CUPOOL_SPLIT_SIZE=2M
 expect CUPOOL_LIMIT=8G
 expect CUPOOL_ORDERED_READY=128M
 expect CUPOOL_DEFERRED_READY=256M
+expect CUPOOL_DEFERRED_WAIT=25%
 expect CUPOOL_DEFERRED_FENCE=streams
 expect CUPOOL_DRIVER_QUEUE=off
 expect CUPOOL_MEMSET=kernel

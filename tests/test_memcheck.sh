@@ -5,7 +5,7 @@
 # invalid read or write, a jump on uninitialised memory, or a definite leak
 # (cupool's, the simulated driver's or the test's own) fails it.  This is
 # how a logging program's fork() was found to leak the chunk cupool's log
-# writer held (src/log.c, in_writer).  Skipped without valgrind.
+# writer held (src/base/log.c, in_writer).  Skipped without valgrind.
 # The programs come from the Makefile (CUPOOL_TEST_PROGRAMS); one or more
 # names as arguments run only those.
 set -u

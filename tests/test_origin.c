@@ -1,5 +1,5 @@
 /*
- * White-box test of the pointer-origin table (src/origin.c, compiled into
+ * White-box test of the pointer-origin table (src/engine/origin.c, compiled into
  * this program; no driver is involved): a record is found while its block
  * is live and only then, so a double free is caught; the ring of retired
  * entries evicts the oldest; each thread's two hints (its last inserted and
@@ -15,17 +15,17 @@
 static int uthash_fails;
 static void *test_uthash_malloc(size_t size);
 #define uthash_malloc(size) test_uthash_malloc(size)
-#include "../src/origin.c"
+#include "../src/engine/origin.c"
 #include "check.h"
 
 #include <pthread.h>
 #include <sched.h>
 
-/* The thread's hints live in cupool_thread, defined in driver.c, which this
+/* The thread's hints live in cupool_thread, defined in src/base/real_driver.c, which this
  * program does not link. */
 CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
 
-/* The spin lock's contended wait lives in driver.c too: a plain one will do. */
+/* The spin lock's contended wait lives in src/base/real_driver.c too: a plain one will do. */
 void cupool_spin_wait(cupool_spinlock_t *lock)
 {
     while (atomic_exchange_explicit(lock, 1, memory_order_acquire)) sched_yield();

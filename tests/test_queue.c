@@ -1,5 +1,5 @@
 /*
- * The driver queue (src/queue.c): threads allocating and freeing at once in
+ * The driver queue (src/engine/queue.c): threads allocating and freeing at once in
  * `ordered` have their pool calls made by the thread in front of the queue.
  * Every case turns the ordered store off (CUPOOL_ORDERED_READY=0), so that
  * each allocation and free is a pool call.

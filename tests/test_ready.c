@@ -1,5 +1,5 @@
 /*
- * Proves the ready store of `deferred` mode (src/deferred.c): a freed block
+ * Proves the ready store of `deferred` mode (src/engine/ready_store.c): a freed block
  * whose events have completed serves the context's next allocation of the
  * same size without going back to the pool, and is otherwise free memory.
  *   reuse:      after the free has completed, cuMemGetInfo counts the block
@@ -35,7 +35,7 @@
  *               frees in `deferred` all survive (a fence recorded under a
  *               capture in progress invalidates it), with either kind of
  *               fence (capture-streams).
- * The same store in `ordered` (deferred.c, "ordered reuse"), where a freed
+ * The same store in `ordered` (src/engine/ordered_keep.c), where a freed
  * block may serve once an event has been recorded on the legacy stream
  * after its free, its users still running or not:
  *   ordered-reuse: a freed block is free memory for cuMemGetInfo at once
@@ -66,7 +66,7 @@
  *   ordered-capture-off, sync-capture: captures survive `ordered`'s pool
  *               calls on the legacy stream (the store off) and `sync`'s
  *               frees made on another thread (a capture waits for the
- *               legacy-stream calls in flight as it begins, stream.c).
+ *               legacy-stream calls in flight as it begins, src/engine/capture.c).
  *   capture-waits: a capture another thread begins while such a call runs
  *               begins only once it has returned (simulator only: its pool
  *               calls run a test's hook inside them).

@@ -1,7 +1,7 @@
 /*
  * The pointer-origin table (origin.h), sharded so that threads allocating
  * and freeing at once rarely meet on a lock: the pointer picks one of 64
- * shards, each a uthash table under its own spin lock (common.h), held only
+ * shards, each a uthash table under its own spin lock (base/base.h), held only
  * for the hash operation itself.
  *
  * A pool hands the same addresses out again and again (a program's loop

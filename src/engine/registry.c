@@ -1,5 +1,5 @@
 /*
- * Devices, pools, contexts and free modes (context.h).  The free mode of a
+ * The registry of devices, pools, contexts and their free modes (state.h).  The free mode of a
  * context decides how a free is ordered against work that may still use the
  * block (DESIGN.md, "Allocation semantics"): `ordered` puts alloc and free on
  * the legacy stream, `deferred` hands a block back only once events recorded
@@ -8,10 +8,12 @@
  * moved, synchronizing once, the moment the program does something that
  * would make `ordered` wrong: a non-blocking stream (to `deferred`), a second
  * context on the device or peer access (to `sync`).  The context and peer
- * access shims here, and the stream shims of stream.c, watch for exactly
- * those things; deferred.c carries the frees out.
+ * access shims (shims/context.c) and the stream shims (shims/stream.c)
+ * watch for exactly those things and tell the registry here; the free files
+ * (free_modes.c and the files it dispatches to) carry the frees out.  Here
+ * too: the engine's start-up, and the teardown of a context's state.
  */
-#include "context.h"
+#include "state.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,19 +26,6 @@ static cupool_context_t *contexts;         /* every context cupool knows */
 
 
 /* ---- helpers ------------------------------------------------------------- */
-int cupool_enter_context(CUcontext ctx)
-{
-    CUcontext current = NULL;
-    real_cuCtxGetCurrent(&current);
-    if (current == ctx) return 0;
-    return real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
-}
-
-void cupool_leave_context(int pushed)
-{
-    CUcontext popped;
-    if (pushed) real_cuCtxPopCurrent_v2(&popped);
-}
 
 static const char *mode_name(int mode)
 {
@@ -159,6 +148,17 @@ uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns)
     return reserved;
 }
 
+uint64_t cupool_device_pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
+{
+    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
+    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
+    uint64_t used = 0;
+    for (int i = 0; i < dev->npools; i++) used += pool_attribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
+    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
+    return used;
+}
+
 uint64_t cupool_device_reserved_unused(cupool_device_t *dev)
 {
     uint64_t total = 0;
@@ -187,24 +187,6 @@ static void grant_access(cupool_device_t *dev, int to, CUmemAccess_flags flags)
 static int configured_mode(void)
 {
     return (int)cupool_option(CUPOOL_OPT_FREE);
-}
-
-/* The legacy-stream work of `ordered` (allocations and frees still queued
- * behind kernels) must be complete before another stream can touch its
- * blocks. */
-void cupool_synchronize_switch(cupool_context_t *c)
-{
-    int pushed = cupool_enter_context(c->ctx);
-    CUstreamCaptureMode previous = cupool_relaxed_begin();
-    uint64_t kept = cupool_deferred_before_sync(c);
-    CUresult r = real_cuCtxSynchronize();
-    cupool_relaxed_end(previous);
-    cupool_leave_context(pushed);
-    CUPOOL_HINT_WRITE(c->sync_due, 0);
-    if (r == CUDA_SUCCESS) cupool_deferred_synchronized(c, kept);
-    if (r != CUDA_SUCCESS)
-        cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
-                       cupool_result_name(r));
 }
 
 /* Moves a context to a stronger free mode.  Called with registry_lock held. */
@@ -514,55 +496,24 @@ static void fork_child(void)
     cupool_stop();
 }
 
-void cupool_pools_start(void)
+static void captures_ended(void);
+
+void cupool_engine_start(void)
 {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    cupool_capture_on_end(captures_ended);
+    cupool_queue_decide();
+    /* Under CUPOOL_LIMIT the store keeps no block larger than itself
+     * (ordered_keep.c, cupool_ordered_keep): the limit's room is already
+     * tight. */
+    uint64_t keep = cupool_option(CUPOOL_OPT_ORDERED_READY), threshold = cupool_option(CUPOOL_OPT_RELEASE_THRESHOLD);
+    if (keep && cupool_option(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED) keep = UINT64_MAX;
+    cupool_hot.ordered_keep_max = keep < threshold ? keep : threshold;
+    int mode = (int)cupool_option(CUPOOL_OPT_FREE);
+    atomic_store(&cupool_hot.fast, !cupool_hot.count_used && mode != CUPOOL_FREE_DEFERRED);
 }
 
-/* ---- shims: contexts ----------------------------------------------------- */
-
-static CUresult after_create(CUresult result, CUcontext *pctx)
-{
-    if (result == CUDA_SUCCESS && pctx && cupool_active()) cupool_context_of(*pctx);
-    return result;
-}
-
-CUPOOL_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
-{
-    CUPOOL_SHIM_BEGIN(call, cuCtxCreate_v2);
-    call.device = dev;
-    return cupool_call_end(&call, after_create(real_cuCtxCreate_v2(pctx, flags, dev), pctx));
-}
-
-CUPOOL_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
-                                      unsigned int flags, CUdevice dev)
-{
-    CUPOOL_SHIM_BEGIN(call, cuCtxCreate_v3);
-    call.device = dev;
-    return cupool_call_end(&call, after_create(real_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev), pctx));
-}
-
-CUPOOL_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
-{
-    CUPOOL_SHIM_BEGIN(call, cuCtxCreate_v4);
-    call.device = dev;
-    return cupool_call_end(&call, after_create(real_cuCtxCreate_v4(pctx, params, flags, dev), pctx));
-}
-
-CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-    CUPOOL_SHIM_BEGIN(call, cuDevicePrimaryCtxRetain);
-    call.device = dev;
-    CUresult r = real_cuDevicePrimaryCtxRetain(pctx, dev);
-    if (r == CUDA_SUCCESS && pctx && cupool_active()) {
-        /* Registering needs the context current: borrow it for a moment. */
-        int pushed = cupool_enter_context(*pctx);
-        cupool_context_t *c = cupool_context_of(*pctx);
-        if (c) c->primary = 1;
-        cupool_leave_context(pushed);
-    }
-    return cupool_call_end(&call, r);
-}
+/* ---- what the context and peer-access shims tell the registry ------------ */
 
 /* Whether cuCtxDestroy will destroy ctx: it must be a valid context and
  * not a device's primary one (those go with cuDevicePrimaryCtxRelease; the
@@ -579,41 +530,23 @@ static int destroyable(CUcontext ctx)
     return !primary;
 }
 
-CUPOOL_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+void cupool_context_destroying(CUcontext ctx)
 {
-    CUPOOL_SHIM_BEGIN(call, cuCtxDestroy_v2);
-    if (ctx && cupool_active() && destroyable(ctx)) forget_context(ctx);
-    CUresult r = real_cuCtxDestroy_v2(ctx);
-    if (r == CUDA_SUCCESS && cupool_active()) cupool_captures_context_gone(ctx);
-    return cupool_call_end(&call, r);
+    if (destroyable(ctx)) forget_context(ctx);
 }
 
-/* The device's primary context while it is active, else NULL; looked up
- * only while a capture is in progress (a capture begun in it ends with it).
- * The retain cannot create it, being active, and the release gives back. */
-static CUcontext primary_if_capturing(CUdevice dev)
+void cupool_primary_resetting(int ordinal)
 {
-    unsigned flags;
-    int active = 0;
-    CUcontext ctx = NULL;
-    if (atomic_load(&cupool_hot.captures) == 0 ||
-        real_cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active ||
-        real_cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
-        return NULL;
-    real_cuDevicePrimaryCtxRelease_v2(dev);
-    return ctx;
-}
-
-CUPOOL_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-    CUPOOL_SHIM_BEGIN(call, cuDevicePrimaryCtxReset_v2);
-    call.device = dev;
-    cupool_context_t *c = cupool_active() ? find_primary(dev) : NULL;
+    cupool_context_t *c = find_primary(ordinal);
     if (c) forget_context(c->ctx);
-    CUcontext primary = cupool_active() ? primary_if_capturing(dev) : NULL;
-    CUresult r = real_cuDevicePrimaryCtxReset_v2(dev);
-    if (r == CUDA_SUCCESS) cupool_captures_context_gone(primary);
-    return cupool_call_end(&call, r);
+}
+
+void cupool_primary_releasing(int ordinal)
+{
+    pthread_mutex_lock(&registry_lock);
+    cupool_context_t *primary = primary_locked(ordinal);
+    if (primary) cupool_deferred_return_ready(primary);
+    pthread_mutex_unlock(&registry_lock);
 }
 
 /* A release that drops the last reference destroys the primary context, and
@@ -638,34 +571,11 @@ static void forget_dead_primary(cupool_context_t *c, int ordinal)
     destroy_state(c);
 }
 
-CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+void cupool_primary_released(int ordinal)
 {
-    CUPOOL_SHIM_BEGIN(call, cuDevicePrimaryCtxRelease_v2);
-    call.device = dev;
-    /* This release may be the last.  The ready blocks go back first, on the
-     * context's own stream, which follows their last uses: once the context
-     * is gone they could only go back from another context's stream, which
-     * compute-sanitizer does not order after those uses. */
-    if (cupool_active()) {
-        pthread_mutex_lock(&registry_lock);
-        cupool_context_t *primary = primary_locked(dev);
-        if (primary) cupool_deferred_return_ready(primary);
-        pthread_mutex_unlock(&registry_lock);
-    }
-    CUcontext primary = cupool_active() ? primary_if_capturing(dev) : NULL;
-    CUresult r = real_cuDevicePrimaryCtxRelease_v2(dev);
-    unsigned flags;
-    int active = 1;
-    if (r == CUDA_SUCCESS && cupool_active() && real_cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS &&
-        !active) {
-        cupool_captures_context_gone(primary);
-        cupool_context_t *c = unlink_primary(dev);
-        if (c) forget_dead_primary(c, dev);
-    }
-    return cupool_call_end(&call, r);
+    cupool_context_t *c = unlink_primary(ordinal);
+    if (c) forget_dead_primary(c, ordinal);
 }
-
-/* ---- shims: peer access -------------------------------------------------- */
 
 static int context_device(CUcontext ctx)
 {
@@ -678,7 +588,7 @@ static int context_device(CUcontext ctx)
 
 /* Pools ignore cuCtxEnablePeerAccess: the current device is granted access to
  * the peer device's pools, and both devices' memory now escapes a context. */
-static void mirror_peer_access(CUcontext peer, int enable)
+void cupool_peer_access(CUcontext peer, int enable)
 {
     CUcontext current = NULL;
     real_cuCtxGetCurrent(&current);
@@ -700,28 +610,16 @@ static void mirror_peer_access(CUcontext peer, int enable)
     pthread_mutex_unlock(&registry_lock);
 }
 
-CUPOOL_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
-{
-    CUPOOL_SHIM_BEGIN(call, cuCtxEnablePeerAccess);
-    CUresult r = real_cuCtxEnablePeerAccess(peerContext, Flags);
-    if (r == CUDA_SUCCESS && cupool_active()) mirror_peer_access(peerContext, 1);
-    return cupool_call_end(&call, r);
-}
-
-CUPOOL_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
-{
-    CUPOOL_SHIM_BEGIN(call, cuCtxDisablePeerAccess);
-    CUresult r = real_cuCtxDisablePeerAccess(peerContext);
-    if (r == CUDA_SUCCESS && cupool_active()) mirror_peer_access(peerContext, 0);
-    return cupool_call_end(&call, r);
-}
-
 /* ---- streams ------------------------------------------------------------- */
 
 void cupool_track_stream(CUstream stream, unsigned flags)
 {
     if (!cupool_active()) return;
-    cupool_context_t *c = cupool_current_context();
+    /* The calling thread's current context (cupool_current_context). */
+    CUcontext ctx = NULL;
+    unsigned generation;
+    cupool_context_t *c = cupool_context_from_cache(&ctx, &generation);
+    if (!c && ctx) c = cupool_context_lookup(ctx, generation);
     if (!c) return;
     order_after_allocations(c, stream);
     if (!(flags & CU_STREAM_NON_BLOCKING)) return;
@@ -764,7 +662,7 @@ void cupool_forget_stream(CUstream stream)
 /* The last capture in progress has ended: what waited for it (the
  * synchronization of a switch out of `ordered`, frees held during the
  * capture) happens now rather than at the context's next allocation. */
-void cupool_captures_ended(void)
+static void captures_ended(void)
 {
     pthread_mutex_lock(&registry_lock);
     for (cupool_context_t *c = contexts; c; c = c->next) {

@@ -9,9 +9,10 @@
  * Everything is written before the process exits, and calls the exiting
  * thread makes after that (later exit handlers) are written as they come.
  * The file is opened without following a symbolic link, mode 0600, and
- * must belong to the user.
+ * must belong to the user.  The call bracket's out-of-line end, which logs
+ * and counts a timed call (cupool_call_end_timed), is here too.
  */
-#include "common.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -568,6 +569,9 @@ static void write_start_line(void)
 
 void cupool_log_open(void)
 {
+    /* Messages go into the log too, once it is open (cupool_log_message
+     * writes nothing before). */
+    cupool_message_sink(cupool_log_message);
     const char *pattern = cupool_option_string(CUPOOL_OPT_LOG);
     if (!pattern || !*pattern) return;
     if (strcmp(pattern, "-") == 0) {
@@ -782,4 +786,17 @@ void cupool_log_flush(void)
     pthread_mutex_unlock(&buffers_lock);
     pthread_mutex_lock(&queue_lock);
     write_queue_then_unlock(NULL, NULL, 0);
+}
+
+/* ---- the call bracket (base.h) -------------------------------------------- */
+
+CUresult cupool_call_end_timed(cupool_call_t *c, CUresult result)
+{
+    uint64_t served = 0, end = cupool_now_ns();
+    /* Time in cupool means the calls cupool served itself; the rest is the
+     * driver's own time, which the program would spend anyway. */
+    if (c->route == CUPOOL_ROUTE_POOL || c->route == CUPOOL_ROUTE_REWRITTEN) served = end - c->start_ns;
+    if (cupool_log_level >= 0) cupool_log_call(c, result, end);
+    cupool_stats_call(c->sym, served);
+    return result;
 }

@@ -6,7 +6,8 @@
  * touches are kept per thread; the summary is printed at exit and touches no
  * driver.
  */
-#include "common.h"
+#include "stats.h"
+#include "options.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -51,7 +52,7 @@ enum { HOT_POOLED_ALLOCS, HOT_NATIVE_ALLOCS, HOT_POOLED_FREES, HOT_NATIVE_FREES,
 /* A device's counters fill one cache line of the set (it is line-aligned
  * and they come first): an allocation or free writes that line alone.  The
  * fast paths of cuMemAlloc and cuMemFree count in the thread's own line
- * instead (common.h, cupool_stats_fast_*), whose counts move here when the
+ * instead (base.h, cupool_stats_fast_*), whose counts move here when the
  * thread's context cache is refilled or the thread ends; they count no
  * `calls`, which only the CUPOOL_STATS summary prints: they are off while
  * CUPOOL_STATS is on. */
@@ -311,9 +312,27 @@ void cupool_stats_free(int device, int route, size_t size)
     }
 }
 
-void cupool_stats_reserved(int device, uint64_t reserved)
+void cupool_stats_held(int device, uint64_t ready, uint64_t waiting)
 {
-    raise_peak(&cupool_stats_for(device)->peak_reserved, reserved);
+    cupool_device_stats_t *s = cupool_stats_for(device);
+    raise_peak(&s->peak_ready, ready);
+    raise_peak(&s->peak_waiting, waiting);
+}
+
+void cupool_stats_reserved(int device, uint64_t reserved, uint64_t ready, uint64_t waiting)
+{
+    cupool_device_stats_t *s = cupool_stats_for(device);
+    cupool_stats_held(device, ready, waiting);
+    if (reserved <= atomic_load_explicit(&s->peak_reserved, memory_order_relaxed)) return;
+    /* A new peak: what made it up, kept together with it. */
+    cupool_spin_lock(&s->peak_lock);
+    if (reserved > atomic_load_explicit(&s->peak_reserved, memory_order_relaxed)) {
+        atomic_store_explicit(&s->peak_reserved, reserved, memory_order_relaxed);
+        s->at_peak_in_use = atomic_load_explicit(&s->in_use, memory_order_relaxed);
+        s->at_peak_ready = ready;
+        s->at_peak_waiting = waiting;
+    }
+    cupool_spin_unlock(&s->peak_lock);
 }
 
 static const char *human(double bytes, char *buf, size_t len)
@@ -326,6 +345,26 @@ static const char *human(double bytes, char *buf, size_t len)
 }
 
 #define LOAD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
+
+/* Where the peak reserve went: the blocks in use, cupool's ready store,
+ * the blocks waiting for their fences, and what the pools kept besides
+ * (memory freed to them that they had not released). */
+static void print_peak_parts(FILE *out, cupool_device_stats_t *s)
+{
+    char b1[32], b2[32], b3[32], b4[32];
+    cupool_spin_lock(&s->peak_lock);
+    uint64_t reserved = LOAD(s->peak_reserved), in_use = s->at_peak_in_use, ready = s->at_peak_ready,
+             waiting = s->at_peak_waiting;
+    cupool_spin_unlock(&s->peak_lock);
+    if (!reserved) return;
+    uint64_t parts = in_use + ready + waiting, cache = reserved > parts ? reserved - parts : 0;
+    fprintf(out, "cupool:     at the peak reserved: in use %s, ready store %s, waiting for fences %s, pool cache %s\n",
+            human((double)in_use, b1, sizeof b1), human((double)ready, b2, sizeof b2),
+            human((double)waiting, b3, sizeof b3), human((double)cache, b4, sizeof b4));
+    if (LOAD(s->peak_ready) || LOAD(s->peak_waiting))
+        fprintf(out, "cupool:     most held at once: ready store %s, waiting for fences %s\n",
+                human((double)LOAD(s->peak_ready), b1, sizeof b1), human((double)LOAD(s->peak_waiting), b2, sizeof b2));
+}
 
 void cupool_stats_print(void)
 {
@@ -354,6 +393,7 @@ void cupool_stats_print(void)
                 human((double)count[HOT_NATIVE_BYTES], b2, sizeof b2), count[HOT_NATIVE_FREES]);
         fprintf(out, "cupool:     peak in use %s, peak reserved %s\n", human((double)LOAD(s->peak_in_use), b3, sizeof b3),
                 human((double)LOAD(s->peak_reserved), b4, sizeof b4));
+        print_peak_parts(out, s);
         fprintf(out, "cupool:     trims %llu, OOM retries %llu, rewritten memsets %llu\n", LOAD(s->trims),
                 LOAD(s->oom_retries), LOAD(s->rewritten_memsets));
         if (LOAD(s->ready_reuses))
@@ -367,7 +407,7 @@ void cupool_stats_print(void)
             fprintf(out, "cupool:     freed blocks the store kept though larger than itself %llu\n",
                     LOAD(s->oversize_kept));
         if (LOAD(s->deferred_waits))
-            fprintf(out, "cupool:     frees that waited for the GPU (over 1 GiB freed and waiting) %llu\n",
+            fprintf(out, "cupool:     frees that waited for the GPU (more freed and waiting than CUPOOL_DEFERRED_WAIT) %llu\n",
                     LOAD(s->deferred_waits));
         if (LOAD(s->queued_calls))
             fprintf(out, "cupool:     pool calls made for waiting threads by the one in front of the driver queue %llu\n",

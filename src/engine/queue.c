@@ -14,7 +14,7 @@
  * in front cuts 16 threads to 16.6 us in the probe, whose threads take it
  * again straight after leaving it and so keep the driver's data in their
  * cache; around cupool's calls, with cupool's own work between them, it
- * gained 0-18% (docs/examples/threads-pair-probe.c, run14 a).  Here one
+ * gained 0-18% (docs/examples/threads-pair-probe.c).  Here one
  * thread makes every waiting thread's call in a row, which keeps the data
  * in one cache and serves every thread in turn.
  *
@@ -25,9 +25,9 @@
  *
  * A thread that finds the queue empty makes its own call at once, for one
  * atomic exchange and one store more; a context one thread alone has used
- * skips the queue (context.h).
+ * skips the queue (state.h).
  */
-#include "context.h"
+#include "state.h"
 
 #include <time.h>
 
@@ -127,4 +127,24 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
     }
     *ptr = r->ptr;
     return r->result;
+}
+
+/* An `ordered` free made out of line, for a block the store did not keep
+ * (free_modes.c): what cupool_ordered_free (engine.h) makes inline. */
+CUresult cupool_queue_free(cupool_context_t *c, CUdeviceptr ptr)
+{
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
+    return cupool_legacy_pool_call(NULL, &ptr, 0);
+}
+
+/* A tool's callbacks run inside the driver's calls and may allocate or
+ * wait there: under a tool, by default, no thread waits for another's
+ * driver call. */
+void cupool_queue_decide(void)
+{
+    uint64_t q = cupool_option(CUPOOL_OPT_DRIVER_QUEUE);
+    cupool_hot.queue = q == CUPOOL_QUEUE_ON || (q == CUPOOL_QUEUE_AUTO && !cupool_cuda_tool_attached());
+    cupool_message(CUPOOL_MSG_INFO, "driver queue: %s",
+                   cupool_hot.queue ? "on" : q == CUPOOL_QUEUE_OFF ? "off (CUPOOL_DRIVER_QUEUE=off)"
+                                                                   : "off (a CUDA tool is attached)");
 }

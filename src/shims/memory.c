@@ -1,13 +1,13 @@
 /*
  * The allocation shims: cuMemAlloc, cuMemAllocPitch and cuMemFree served
  * from the device's pools in the free mode of the calling context
- * (context.c), with the pointer-origin table (origin.c) remembering where
+ * (engine/registry.c), with the pointer-origin table (engine/origin.c) remembering where
  * each block came from.  Whatever cupool cannot serve (policy off, sizes out
  * of range, CUPOOL_LIMIT reached, a pool failure) goes to the real driver,
  * whose result the program then sees.  Out of memory: trim and retry, then
  * the real cuMemAlloc, then CUDA_ERROR_OUT_OF_MEMORY.
  */
-#include "context.h"
+#include "../engine/engine.h"
 
 /* Allocation pitch the driver uses for cuMemAllocPitch on current GPUs. */
 #define PITCH_ALIGNMENT 512
@@ -198,7 +198,8 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     cupool_stats_alloc(call->device, CUPOOL_ROUTE_POOL, size);
     if (cupool_hot.timing) {
         call->reserved = cupool_device_reserved_recent(c->device, call->start_ns);
-        cupool_stats_reserved(call->device, call->reserved);
+        cupool_stats_reserved(call->device, call->reserved, cupool_deferred_ready_bytes(c),
+                              cupool_deferred_waiting_bytes(c));
     }
     return CUDA_SUCCESS;
 }
@@ -292,7 +293,7 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     cupool_context_t *c;
     if (r == CUDA_SUCCESS && free && total && cupool_active() && (c = cupool_current_context()) && c->device->pooled) {
         /* What the pools hold but do not use is free for the program, and
-         * so are the blocks this context keeps ready for reuse (deferred.c;
+         * so are the blocks this context keeps ready for reuse (engine/ready_store.c;
          * under `auto` a second context on the device means `sync`, which
          * keeps none). */
         uint64_t idle = cupool_device_reserved_unused(c->device) + cupool_deferred_ready_bytes(c);

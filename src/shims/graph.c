@@ -19,7 +19,7 @@
  * (0-byte <-> non-empty, another node type or another context) answer
  * CUDA_ERROR_INVALID_VALUE, as the driver answers an invalid change.
  */
-#include "context.h"
+#include "../engine/engine.h"
 #include "fill_ptx.h"
 #include "graph.h"
 

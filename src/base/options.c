@@ -1,20 +1,24 @@
 /*
- * The CUPOOL_* environment options: one table (common.h's CUPOOL_OPTIONS),
+ * The CUPOOL_* environment options: one table (options.h's CUPOOL_OPTIONS),
  * each value read and validated once, on first use.  A bad value keeps the
  * default and says why in one message; CUPOOL_VERBOSE=1 prints every
- * effective value and where it came from.  No getenv anywhere else.
+ * effective value and where it came from.  No getenv anywhere else.  And
+ * the messages themselves (cupool_message), which read CUPOOL_VERBOSE and
+ * which the options use to warn: both here, as in mimalloc's options.c.
  */
-#include "common.h"
+#include "options.h"
 
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
-enum option_kind { KIND_ENUM, KIND_SIZE, KIND_BOOL, KIND_STRING };
+enum option_kind { KIND_ENUM, KIND_SIZE, KIND_HELD, KIND_BOOL, KIND_STRING };
 
 typedef struct option_row {
     const char *env;          /* environment variable */
@@ -72,6 +76,36 @@ int cupool_parse_size(const char *text, uint64_t *out)
     return 0;
 }
 
+int cupool_parse_held(const char *text, uint64_t *out)
+{
+    size_t len = text ? strlen(text) : 0;
+    if (len < 2 || text[len - 1] != '%') {
+        /* A byte count may not reach the flag bit (2^63 bytes is 8 EiB). */
+        uint64_t bytes;
+        if (cupool_parse_size(text, &bytes) != 0) return -1;
+        if (bytes != CUPOOL_SIZE_UNLIMITED && (bytes & CUPOOL_SHARE_FLAG)) return -1;
+        *out = bytes;
+        return 0;
+    }
+    /* The number before '%' as a size has no suffix: bare decimal digits. */
+    char number[32];
+    if (len - 1 >= sizeof number) return -1;
+    memcpy(number, text, len - 1);
+    number[len - 1] = '\0';
+    if (strspn(number, "0123456789.") != len - 1) return -1;
+    errno = 0;
+    char *end;
+    double percent = strtod(number, &end);
+    if (errno || *end || !isfinite(percent)) return -1;
+    /* 0% would mean nothing may be held: say 0 for that; a share finer
+     * than a hundredth of a percent is not kept (12.345% is refused, not
+     * rounded). */
+    double bp = nearbyint(percent * 100);
+    if (bp < 1 || bp > (double)CUPOOL_SHARE_MAX_BP || fabs(percent * 100 - bp) > 1e-6) return -1;
+    *out = CUPOOL_SHARE_FLAG | (uint64_t)bp;
+    return 0;
+}
+
 static int parse_enum(const char *choices, const char *text, uint64_t *out)
 {
     size_t len = strlen(text);
@@ -103,6 +137,7 @@ static int parse_value(const option_row_t *row, const char *text, uint64_t *valu
     switch (row->kind) {
     case KIND_ENUM: return parse_enum(row->choices, text, value);
     case KIND_SIZE: return cupool_parse_size(text, value);
+    case KIND_HELD: return cupool_parse_held(text, value);
     case KIND_BOOL: return parse_bool(text, value);
     case KIND_STRING: *value = *text != '\0'; return 0;
     }
@@ -114,6 +149,7 @@ static const char *expected(const option_row_t *row)
     switch (row->kind) {
     case KIND_ENUM: return row->choices;
     case KIND_SIZE: return "a byte count with an optional K/M/G/T suffix, or unlimited";
+    case KIND_HELD: return "a byte count with an optional K/M/G/T suffix, unlimited, or a share of the bytes in use such as 25%";
     case KIND_BOOL: return "0 or 1";
     default: return "text";
     }
@@ -187,4 +223,65 @@ void cupool_options_print(void)
     for (int i = 0; i < CUPOOL_OPT_COUNT; i++)
         cupool_message(CUPOOL_MSG_INFO, "%-25s = %-10s (%s) %s", rows[i].env, *strings[i] ? strings[i] : "\"\"",
                        from_env[i] ? "environment" : "default", rows[i].help);
+}
+
+/* ---- messages ------------------------------------------------------------
+ * cupool's one voice: "cupool: " lines on stderr, errors and warnings always,
+ * information when CUPOOL_VERBOSE=1; each also goes into the call log when
+ * one is open.  A message that keeps coming (a failing call in a loop) is
+ * printed MESSAGE_REPEATS times, then once more to say the rest are dropped.
+ * Never exits and never allocates on the device. */
+
+#define MESSAGE_REPEATS 16 /* more than there are options, each of which may warn once */
+#define MESSAGE_SITES 64
+
+static _Atomic(cupool_message_sink_fn *) message_sink;
+
+void cupool_message_sink(cupool_message_sink_fn *fn)
+{
+    atomic_store_explicit(&message_sink, fn, memory_order_release);
+}
+
+/* How often each format string (one per call site) has been printed. */
+static struct {
+    _Atomic(const char *) fmt;
+    atomic_int count;
+} sites[MESSAGE_SITES];
+
+/* 1: print, 0: drop, -1: print and say further ones are dropped. */
+static int rate(const char *fmt)
+{
+    size_t h = ((uintptr_t)fmt >> 3) % MESSAGE_SITES;
+    for (size_t i = 0; i < MESSAGE_SITES; i++) {
+        size_t k = (h + i) % MESSAGE_SITES;
+        const char *expected = NULL;
+        if (atomic_load(&sites[k].fmt) != fmt && !atomic_compare_exchange_strong(&sites[k].fmt, &expected, fmt) &&
+            expected != fmt)
+            continue;
+        int n = atomic_fetch_add(&sites[k].count, 1);
+        return n < MESSAGE_REPEATS ? 1 : n == MESSAGE_REPEATS ? -1 : 0;
+    }
+    return 1; /* more call sites than slots: never drop */
+}
+
+void cupool_message(int level, const char *fmt, ...)
+{
+    if (level == CUPOOL_MSG_INFO && !cupool_option(CUPOOL_OPT_VERBOSE)) return;
+    int verdict = level == CUPOOL_MSG_INFO ? 1 : rate(fmt);
+    if (!verdict) return;
+    char text[512];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(text, sizeof text, fmt, args);
+    va_end(args);
+    static const char *const prefix[] = {"error: ", "warning: ", ""};
+    char line[680];
+    int n = snprintf(line, sizeof line, "cupool: %s%s%s\n", prefix[level], text,
+                     verdict < 0 ? " (further messages like this one are not shown)" : "");
+    if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+    /* One write call so lines from several threads do not interleave. */
+    ssize_t unused = write(STDERR_FILENO, line, (size_t)n);
+    (void)unused;
+    cupool_message_sink_fn *sink = atomic_load_explicit(&message_sink, memory_order_acquire);
+    if (sink) sink(level, text);
 }

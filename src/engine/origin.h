@@ -7,7 +7,7 @@
 #ifndef CUPOOL_ORIGIN_H
 #define CUPOOL_ORIGIN_H
 
-#include "common.h"
+#include "../base/base.h"
 
 struct cupool_context;
 

@@ -1,15 +1,18 @@
 /*
- * cupool's state per device (its pools, its contexts, the bytes it serves)
- * and per context (the free mode in force, a private stream, the live
- * non-blocking streams, the queue of deferred frees, the store of freed
- * blocks ready for reuse).  context.c keeps the
- * free mode correct as the program creates streams and contexts and enables
- * peer access; memory.c serves allocations and frees from it.
+ * The engine's own state, private to engine/: cupool's state per device (its
+ * pools, its contexts, the bytes it serves) and per context (the free mode
+ * in force, a private stream, the live non-blocking streams, the queue of
+ * deferred frees, the store of freed blocks ready for reuse), the inline
+ * helpers that read it without calling out, and the functions the engine's
+ * files call of each other.  registry.c keeps the free mode correct as the
+ * program creates streams and contexts and enables peer access; the free
+ * files (free_modes.c, ordered_keep.c, deferred_fence.c, ready_store.c) carry
+ * frees out.  The shims see it through engine.h.
  */
-#ifndef CUPOOL_CONTEXT_H
-#define CUPOOL_CONTEXT_H
+#ifndef CUPOOL_ENGINE_STATE_H
+#define CUPOOL_ENGINE_STATE_H
 
-#include "common.h"
+#include "../base/base.h"
 #include "origin.h"
 
 #include <pthread.h>
@@ -27,6 +30,8 @@ typedef struct cupool_device {
     atomic_ullong used;                      /* bytes allocated from the pools and not freed */
     atomic_ullong reserved;                  /* pools' reserved bytes when last asked */
     atomic_ullong reserved_at_ns;            /* ... and when */
+    atomic_ullong pool_used;                 /* pools' allocated bytes when last asked */
+    atomic_ullong pool_used_at_ns;           /* ... and when (0: ask anew) */
 } __attribute__((aligned(64))) cupool_device_t; /* its first fields in one line */
 
 typedef struct deferred_block deferred_block_t;
@@ -59,7 +64,7 @@ typedef struct {
  * read the device's line or the options'). */
 typedef struct cupool_context {
     CUcontext ctx;
-    deferred_block_t *ready_oldest;          /* the store's oldest block (deferred.c, c->lock; read without it
+    deferred_block_t *ready_oldest;          /* the store's oldest block (ready_store.c, c->lock; read without it
                                                 by an `ordered` allocation, to find the store empty: fields
                                                 read so are written with CUPOOL_HINT_WRITE) */
     CUmemoryPool any_size_pool;              /* the pool of every size, no limit to count; else NULL */
@@ -78,25 +83,25 @@ typedef struct cupool_context {
     CUstream *streams;                       /* live non-blocking streams of the program */
     int nstreams, streams_cap;
     int npending;
-    uint64_t deferred_bytes;                 /* freed but not yet back in a pool */
+    uint64_t deferred_bytes;                 /* freed, waiting for fences (read without the lock as a hint) */
     uint64_t batch_start_ns;                 /* when the first pending free came */
     CUstream fence_stream;                   /* cupool's, waits for every stream's work */
-    int streams_folded;                      /* destroyed streams' work waited for on fence_stream (deferred.c) */
+    int streams_folded;                      /* destroyed streams' work waited for on fence_stream (deferred_fence.c) */
     CUevent scratch_event;                   /* recorded on each stream for the fence to wait on */
     CUevent *spare_events;
     int nspare, spare_cap;
-    cupool_spare_list_t spare_blocks;        /* records kept for reuse (deferred.c) */
+    cupool_spare_list_t spare_blocks;        /* records kept for reuse (free_store.h) */
     cupool_spare_list_t spare_batches;
     cupool_spare_list_t spare_sizes;
-    struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (deferred.c) */
+    struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (ready_store.c) */
     deferred_block_t *ready_newest;
     uint64_t ready_bytes;
-    int ready_empty;                         /* sizes in ready_sizes whose list is empty (deferred.c) */
-    uint64_t fences;                         /* ordered fences recorded so far (deferred.c) */
-    uint64_t kept;                           /* blocks `ordered` kept so far (deferred.c) */
+    int ready_empty;                         /* sizes in ready_sizes whose list is empty (ready_store.c) */
+    uint64_t fences;                         /* ordered fences recorded so far (ordered_keep.c) */
+    uint64_t kept;                           /* blocks `ordered` kept so far (ordered_keep.c) */
     uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */
     CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
-    deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (deferred.c;
+    deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (ordered_keep.c;
                                                 in the store's line, which every keep and take read) */
     const void *oversize_owner;              /* the cupool_thread of the thread that freed it */
     cupool_device_t *device;                 /* out of the first lines: the fast paths do not read it */
@@ -118,27 +123,6 @@ static inline cupool_context_t *cupool_context_from_cache(CUcontext *ctx, unsign
         return cupool_thread.context;
     return NULL;
 }
-/* The state of the calling thread's current context, created on first use;
- * NULL when no context is current or cupool cannot pool there.  Inline: the
- * thread's cache answers nearly every time. */
-static inline cupool_context_t *cupool_current_context(void)
-{
-    CUcontext ctx = NULL;
-    unsigned generation;
-    cupool_context_t *c = cupool_context_from_cache(&ctx, &generation);
-    if (CUPOOL_LIKELY(c) || !ctx) return c;
-    return cupool_context_lookup(ctx, generation);
-}
-/* The same for the fast paths (memory.c), from the thread's cache alone:
- * NULL when it misses, and the general path then looks the context up.
- * What they serve is counted in the thread's line (cupool_stats_fast_*),
- * for the device of the context cached. */
-static inline cupool_context_t *cupool_cached_context(void)
-{
-    CUcontext ctx = NULL;
-    unsigned generation;
-    return cupool_context_from_cache(&ctx, &generation);
-}
 /* The state of a given context, created on first use (must be current). */
 cupool_context_t *cupool_context_of(CUcontext ctx);
 
@@ -155,6 +139,12 @@ static inline void cupool_device_used(cupool_device_t *dev, int64_t delta)
  * free), through its driver queue (queue.c): out of line, so that the path
  * of one thread stays as short as it was without it. */
 CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size);
+/* Whether the contexts' `ordered` pool calls go through their driver
+ * queues (cupool_hot.queue): decided once, at start-up. */
+void cupool_queue_decide(void);
+/* An `ordered` free through the queue or straight on the legacy stream,
+ * out of line. */
+CUresult cupool_queue_free(cupool_context_t *c, CUdeviceptr ptr);
 /* With the queue off (cupool_hot.queue), or while one thread alone has
  * used the context, a thread calls the driver itself: one thread needs no
  * queue, nor its atomic operations (2% of a pair on the H200). */
@@ -178,7 +168,7 @@ static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *p
 }
 /* Whether `ordered` keeps a freed block of this size for reuse: every size
  * with the store on (CUPOOL_ORDERED_READY not 0), one larger than the store
- * alone and only until the next free (deferred.c, keep_ordered); not above
+ * alone and only until the next free (ordered_keep.c, cupool_ordered_keep); not above
  * CUPOOL_RELEASE_THRESHOLD, nor above the store under CUPOOL_LIMIT. */
 static inline int cupool_ordered_keeps(size_t size)
 {
@@ -190,29 +180,10 @@ static inline int cupool_ordered_keeps(size_t size)
  * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
  * meanwhile. */
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* An `ordered` allocation: a block the context freed earlier, else one
- * from the pool on the legacy stream; CUPOOL_CAPTURE_IN_PROGRESS when a
- * capture keeps it off the legacy stream. */
-static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
-{
-    /* An empty store costs one look at the context's first line, no call. */
-    if (CUPOOL_HINT_READ(c->ready_oldest)) {
-        CUresult r = cupool_ordered_reuse(c, size, dptr);
-        if (r != CUDA_ERROR_NOT_FOUND) return r;
-    }
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
-    return cupool_legacy_pool_call(pool, dptr, size);
-}
-static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
-{
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
-    return cupool_legacy_pool_call(NULL, &ptr, 0);
-}
-
 /* Pool serving a request of this size, or NULL when it must go native. */
 CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
 
-/* Free paths (memory.c calls these with the block's context current). */
+/* Free paths (free_modes.c; shims/memory.c calls these with the block's context current). */
 /* Whether cupool keeps this block when the program frees it now: a
  * `deferred` free, a free during a capture, or an `ordered` free kept for
  * reuse (the block stays in the origin table, marked freed, until it goes
@@ -229,15 +200,6 @@ CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
  * progress): the context synchronized, then the block on the legacy
  * stream; a refused free leaves the block the program's. */
 CUresult cupool_free_sync(const cupool_origin_t *o);
-static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int kept)
-{
-    if (kept || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
-        return cupool_free_block_slow(c, o, kept);
-    /* On the legacy stream: ordered after the legacy, blocking and
-     * per-thread streams' uses in stream order too, not only in time. */
-    CUresult r = cupool_ordered_free(c, o->ptr);
-    return CUPOOL_LIKELY(r == CUDA_SUCCESS) ? r : cupool_free_failed(o, r);
-}
 /* Returns completed deferred blocks to their pools; wait = block until all are. */
 void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
@@ -248,11 +210,16 @@ uint64_t cupool_device_reserved(cupool_device_t *dev);
  * hold less than is in use, or the last answer is 1 ms old): for the log
  * and statistics, which would otherwise query the driver on every call. */
 uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
+/* The bytes the device's pools have allocated (in use by the program, or
+ * held by cupool), asked of the driver at most once a millisecond: what a
+ * CUPOOL_DEFERRED_READY or CUPOOL_DEFERRED_WAIT given as a share is a
+ * share of (cupool_held_cap). */
+uint64_t cupool_device_pool_used_recent(cupool_device_t *dev, uint64_t now_ns);
 
 /* Moves a context out of `ordered`: synchronizes it (after the capture in
  * progress, if any). */
 void cupool_synchronize_switch(cupool_context_t *c);
-/* Deferred frees (deferred.c): whether any block waits (read without the
+/* Deferred frees (deferred_fence.c): whether any block waits (read without the
  * context's lock: a hint, which cupool_reclaim confirms under it), and
  * handing back every waiting block of a context whose work is known to be
  * complete. */
@@ -267,10 +234,15 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
 /* Hands the context's ready blocks back to the pool now, on its own stream
  * (it has left `deferred`, or may be about to die). */
 void cupool_deferred_return_ready(cupool_context_t *c);
-/* Bytes of the context's ready blocks (a hint, read without its lock). */
+/* Bytes of the context's ready blocks, and of its blocks waiting for
+ * their fences (hints, read without its lock). */
 static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
 {
     return CUPOOL_HINT_READ(c->ready_bytes);
+}
+static inline uint64_t cupool_deferred_waiting_bytes(const cupool_context_t *c)
+{
+    return CUPOOL_HINT_READ(c->deferred_bytes);
 }
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
 /* The program is destroying one of the context's non-blocking streams,
@@ -292,26 +264,42 @@ static inline int cupool_reclaim_due(const cupool_context_t *c)
 {
     return CUPOOL_HINT_READ(c->sync_due) || cupool_deferred_waiting(c);
 }
-/* Streams (called by stream.c's shims): a new stream of the calling thread's
+/* Contexts (registry.c, for shims/context.c): a context cuCtxDestroy is about
+ * to destroy (unless it is a primary one, or not valid); a device's primary
+ * context about to be reset; about to be released (its ready blocks go
+ * back first, on its own stream); released, and gone if the driver says it
+ * is no longer active; peer access granted to, or taken from, the calling
+ * thread's device on peer's device. */
+void cupool_context_destroying(CUcontext ctx);
+void cupool_primary_resetting(int ordinal);
+void cupool_primary_releasing(int ordinal);
+void cupool_primary_released(int ordinal);
+void cupool_peer_access(CUcontext peer, int enable);
+/* Streams (registry.c, for shims/stream.c): a new stream of the calling thread's
  * context, and a stream about to be destroyed. */
 void cupool_track_stream(CUstream stream, unsigned flags);
 void cupool_forget_stream(CUstream stream);
-/* Called when the count of captures in progress drops to zero. */
-void cupool_captures_ended(void);
-/* A context the driver destroyed: the captures begun in it are over
- * (stream.c). */
+/* ---- capture.c: the captures in progress ---------------------------------- */
+/* What to call when the count of captures in progress drops to zero
+ * (registered at start-up). */
+typedef void cupool_captures_ended_fn(void);
+void cupool_capture_on_end(cupool_captures_ended_fn *fn);
+/* A context the driver destroyed: the captures begun in it are over. */
 void cupool_captures_context_gone(CUcontext ctx);
+/* A capture beginning (the capture shims): counted from before it begins,
+ * inside the capture gate (enter), then listed by the stream it began on,
+ * or uncounted if it did not begin (done, which leaves the gate). */
+void cupool_capture_begin_enter(void);
+CUresult cupool_capture_begin_done(CUstream stream, CUresult r);
+/* Takes off the list the captures begun on stream (any context), or in ctx
+ * (any stream), and uncounts them; returns how many there were. */
+int cupool_capture_take(CUstream stream, CUcontext ctx);
+/* A capture that ended without being on the list: uncounts it. */
+void cupool_capture_uncounted(void);
 
-/* Makes ctx current for the caller if it is not; returns 1 when it pushed. */
-int cupool_enter_context(CUcontext ctx);
-void cupool_leave_context(int pushed);
-
-/* Held while a capture begins and while deferred.c records a fence, which
- * would invalidate a capture begun under it (stream.c). */
+/* Held while a capture begins and while deferred_fence.c records a fence,
+ * which would invalidate a capture begun under it (capture.c). */
 void cupool_capture_gate_enter(void);
 void cupool_capture_gate_leave(void);
-/* Capture-safe bracket around cupool's own driver calls. */
-CUstreamCaptureMode cupool_relaxed_begin(void);
-void cupool_relaxed_end(CUstreamCaptureMode previous);
 
 #endif

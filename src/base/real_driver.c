@@ -1,0 +1,190 @@
+/*
+ * The real driver: libcuda.so.1 loaded once, and a typed pointer to every
+ * entry point cupool handles or calls (real_<name>), generated from the one
+ * list in symbols.h; the C library's own dlsym, found without going through
+ * cupool's override; the hot lines (cupool_hot, cupool_thread) every call
+ * reads; and the few calls on the real driver every layer makes (making a
+ * context current, the relaxed capture mode around cupool's own calls).
+ * How a program's calls reach cupool's shims instead is shims/interpose.c.
+ */
+#include "real_driver.h"
+#include "options.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the tables generated from symbols.h --------------------------------- */
+
+#define CUPOOL_REAL_DEF(name, ...) __typeof__(name) *real_##name;
+CUPOOL_HANDLED(CUPOOL_REAL_DEF)
+CUPOOL_USED(CUPOOL_REAL_DEF)
+#undef CUPOOL_REAL_DEF
+
+/* Every real pointer with the name it is loaded by: the handled entry
+ * points first, in the order of enum cupool_symbol, then those cupool only
+ * calls. */
+typedef struct real_row {
+    const char *name;
+    void **real;
+} real_row_t;
+
+static const real_row_t reals[] = {
+#define CUPOOL_HANDLED_REAL_ROW(name, ...) {#name, (void **)&real_##name},
+    CUPOOL_HANDLED(CUPOOL_HANDLED_REAL_ROW)
+#undef CUPOOL_HANDLED_REAL_ROW
+#define CUPOOL_USED_ROW(name) {#name, (void **)&real_##name},
+    CUPOOL_USED(CUPOOL_USED_ROW)
+#undef CUPOOL_USED_ROW
+};
+
+const char *cupool_symbol_name(int sym)
+{
+    return sym >= 0 && sym < CUPOOL_SYM_COUNT ? reals[sym].name : "?";
+}
+
+/* ---- the real dlsym ------------------------------------------------------ */
+
+static _Atomic(cupool_dlsym_fn_t *) real_dlsym_fn;
+
+/* The C library's dlsym.  Found without pthread_once: a sanitizer's runtime
+ * (a test build) calls dlsym while it starts, before its pthread_once works.
+ * Two threads that look at once find the same function. */
+CUPOOL_NOT_SANITIZED cupool_dlsym_fn_t *cupool_real_dlsym(void)
+{
+    cupool_dlsym_fn_t *fn = atomic_load_explicit(&real_dlsym_fn, memory_order_relaxed);
+    if (CUPOOL_LIKELY(fn)) return fn;
+    /* dlvsym is not overridden, so this cannot come back to us. */
+    fn = (cupool_dlsym_fn_t *)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!fn) fn = (cupool_dlsym_fn_t *)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    atomic_store_explicit(&real_dlsym_fn, fn, memory_order_relaxed);
+    return fn;
+}
+
+/* ---- loading the driver -------------------------------------------------- */
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+cupool_hot_t cupool_hot;
+CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
+_Static_assert(sizeof(cupool_thread_t) == 64, "what a thread's calls read of its own fits one cache line");
+static void *self_base;
+
+static int is_ours(void *fn)
+{
+    Dl_info info;
+    return fn && dladdr(fn, &info) && info.dli_fbase == self_base;
+}
+
+static void *resolve_real(void *handle, const char *name)
+{
+    void *fn = cupool_real_dlsym()(handle, name);
+    /* Never take our own wrapper for the real function (proxychains' rule). */
+    return is_ours(fn) ? NULL : fn;
+}
+
+static void load_driver(void)
+{
+    Dl_info self;
+    if (dladdr((void *)&load_driver, &self)) self_base = self.dli_fbase;
+    if (!cupool_real_dlsym()) {
+        cupool_message(CUPOOL_MSG_ERROR, "cannot find the C library's dlsym; passing nothing through");
+        return;
+    }
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_GLOBAL);
+    if (!driver) {
+        const char *why = dlerror();
+        cupool_message(CUPOOL_MSG_ERROR, "cannot load the CUDA driver (libcuda.so.1): %s", why ? why : "unknown");
+        return;
+    }
+    for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(reals); i++) *reals[i].real = resolve_real(driver, reals[i].name);
+    cupool_hot.ctx_get_current = real_cuCtxGetCurrent;
+    cupool_hot.alloc_from_pool = real_cuMemAllocFromPoolAsync;
+    cupool_hot.free_async = real_cuMemFreeAsync;
+    atomic_store_explicit(&cupool_hot.driver_loaded, 1, memory_order_release);
+}
+
+int cupool_driver_load(void)
+{
+    pthread_once(&load_once, load_driver);
+    return atomic_load_explicit(&cupool_hot.driver_loaded, memory_order_acquire);
+}
+
+CUresult cupool_missing(const char *name)
+{
+    cupool_message_once(CUPOOL_MSG_ERROR, "the CUDA driver was not found or lacks %s; returning CUDA_ERROR_NOT_INITIALIZED",
+                        name);
+    return CUDA_ERROR_NOT_INITIALIZED;
+}
+
+const char *cupool_result_name(CUresult result)
+{
+    /* Nearly every logged call succeeded: no need to ask the driver. */
+    if (result == CUDA_SUCCESS) return "CUDA_SUCCESS";
+    const char *name = NULL;
+    if (real_cuGetErrorName && real_cuGetErrorName(result, &name) == CUDA_SUCCESS && name) return name;
+    return "CUDA_ERROR_UNKNOWN";
+}
+
+/* ---- the spin lock's contended case (base.h) --------------------------- */
+
+void cupool_spin_wait(cupool_spinlock_t *lock)
+{
+    do {
+        for (unsigned tries = 0; atomic_load_explicit(lock, memory_order_relaxed); tries++)
+            cupool_wait_turn(tries, 100);
+    } while (atomic_exchange_explicit(lock, 1, memory_order_acquire));
+}
+
+/* In a line of its own: every `ordered` pool call writes it (base.h). */
+atomic_int cupool_legacy_calls __attribute__((aligned(64)));
+
+uint64_t cupool_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void cupool_stop(void)
+{
+    atomic_store(&cupool_hot.fast, 0);
+    atomic_store(&cupool_hot.started, 0);
+}
+
+/* ---- calls every layer makes --------------------------------------------- */
+
+int cupool_enter_context(CUcontext ctx)
+{
+    CUcontext current = NULL;
+    real_cuCtxGetCurrent(&current);
+    if (current == ctx) return 0;
+    return real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
+}
+
+void cupool_leave_context(int pushed)
+{
+    CUcontext popped;
+    if (pushed) real_cuCtxPopCurrent_v2(&popped);
+}
+
+/* Every capture starts in one of cupool's BeginCapture shims, so while none
+ * is in progress the thread's capture mode cannot matter and the two driver
+ * calls are skipped (CUPOOL_NO_EXCHANGE marks that). */
+#define CUPOOL_NO_EXCHANGE ((CUstreamCaptureMode)-1)
+
+CUstreamCaptureMode cupool_relaxed_begin(void)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (!cupool_capturing() || !real_cuThreadExchangeStreamCaptureMode ||
+        real_cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return CUPOOL_NO_EXCHANGE;
+    return mode;
+}
+
+void cupool_relaxed_end(CUstreamCaptureMode previous)
+{
+    if (previous != CUPOOL_NO_EXCHANGE) real_cuThreadExchangeStreamCaptureMode(&previous);
+}

@@ -1,0 +1,136 @@
+/*
+ * The free store, private to the engine's free files: the records of freed
+ * blocks not yet back in their pools (a block, the ready blocks of one size,
+ * a batch of `deferred` frees behind one fence), the spare lists that keep
+ * those records for reuse, and the functions of the ready store
+ * (ready_store.c) that `ordered`'s keep and reuse (ordered_keep.c) and
+ * `deferred`'s fences and batches (deferred_fence.c) hand their blocks to.
+ * Every function here is called with c->lock held unless it says otherwise.
+ */
+#ifndef CUPOOL_FREE_STORE_H
+#define CUPOOL_FREE_STORE_H
+
+#include "state.h"
+
+#include <stdlib.h>
+
+/* A block the ready store cannot index (no host memory for uthash's
+ * buckets) goes back to its pool instead: never uthash's exit(). */
+#define HASH_NONFATAL_OOM 1
+#define HASH_FUNCTION CUPOOL_WORD_HASH
+#include <uthash.h>
+
+/* A freed block not yet back in its pool. */
+struct deferred_block {
+    CUdeviceptr ptr;
+    size_t size;
+    deferred_block_t *next;               /* in its pending, batch or held list, or its size's ready list */
+    deferred_block_t *older, *newer;      /* ready: the context's ready blocks, oldest first */
+    uint64_t fenced_ns;                   /* ready: when its batch's fence was recorded (ordered: its free) */
+    uint64_t due;                         /* ready, kept by `ordered`: the count of c->fences from which it may
+                                             serve (see "ordered reuse"); 0 otherwise */
+    uint64_t kept;                        /* ready, kept by `ordered`: its number in c->kept; 0 otherwise (its
+                                             users are done) */
+};
+
+/* The ready blocks of one size, oldest first. */
+struct ready_size {
+    size_t size;
+    deferred_block_t *oldest, *newest;
+    UT_hash_handle hh;
+};
+
+/* Blocks freed before one fence was set: they go back to the pool together
+ * once it has completed. */
+struct deferred_batch {
+    deferred_block_t *blocks;
+    deferred_batch_t *next;
+    CUevent fence;                        /* after all the work of the context (record_fence) */
+    uint64_t fenced_ns;                   /* when it was recorded */
+};
+
+/* The records of blocks and batches are kept for reuse (up to SPARE_MAX
+ * of each per context, under c->lock): a deferred free in steady state then
+ * makes no host allocation.  A record on a spare list is dead but for the
+ * link in its first bytes. */
+#define SPARE_MAX 1024
+
+static inline void *cupool_take_record(cupool_spare_list_t *list, size_t size)
+{
+    void *record = list->head;
+    if (!record) return malloc(size);
+    list->head = *(void **)record;
+    list->count--;
+    return record;
+}
+
+static inline void cupool_give_record(cupool_spare_list_t *list, void *record)
+{
+    if (list->count == SPARE_MAX) {
+        free(record);
+        return;
+    }
+    *(void **)record = list->head;
+    list->head = record;
+    list->count++;
+}
+
+/* A miss of at least this size makes the store hand back its oldest
+ * blocks, as many bytes as the allocation asks, before the pool serves it.
+ * Smaller requests fit in granules the pool already holds and would only
+ * cost the store its blocks. */
+#define MISS_GIVES_BACK (1ull << 20)
+
+/* ---- ready_store.c ----------------------------------------------------------- */
+
+/* What HELD option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT)
+ * allows the context to hold now (see ready_store.c). */
+uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id);
+/* The most the store keeps now (see ready_store.c). */
+uint64_t cupool_ready_cap(cupool_context_t *c);
+/* The list of a size, which may be empty; NULL when the size has none. */
+struct ready_size *cupool_ready_find(cupool_context_t *c, size_t size);
+/* Hands one block, no longer anywhere in cupool's lists, back to its pool
+ * (on the legacy stream while its users may still run). */
+void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream stream);
+/* Hands a list of blocks back to the pool; returns the bytes released. */
+uint64_t cupool_release_blocks(cupool_context_t *c, deferred_block_t *b, CUstream stream);
+/* Returns a ready block of b's size (the oldest of that size) to its pool. */
+void cupool_ready_evict(cupool_context_t *c, const deferred_block_t *b, CUstream stream);
+/* Keeps a block whose users are all done for the next allocation of its
+ * size, or hands it back to its pool when the store cannot take it. */
+void cupool_ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_ns, CUstream stream);
+/* Hands the oldest block of its size (rs, not empty) to an allocation. */
+CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs);
+/* A ready block of exactly this size for `deferred`; 0 when there is none. */
+CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size);
+/* Returns to the pools what the store should no longer keep: past its cap
+ * or its age. */
+void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream);
+/* An allocation of `size` the store has no block for: hands back its oldest
+ * blocks, as many bytes as the allocation asks, when size >= MISS_GIVES_BACK. */
+void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream);
+/* Returns one block, no longer in the origin table, to its pool (no lock
+ * needed); a failure is warned about. */
+CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream);
+void cupool_warn_give_back(CUdeviceptr ptr, CUresult r);
+/* A free that could not be carried out: the block stays the program's
+ * (no lock needed). */
+CUresult cupool_restore_block(const cupool_origin_t *o, CUresult r);
+
+/* ---- ordered_keep.c --------------------------------------------------------- */
+
+/* An `ordered` free kept for reuse (no capture in progress, c->ctx current,
+ * c->lock not held): 1 when the store took the block; 0 when it did not,
+ * and the block is still in the origin table, for the caller to free. */
+int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o);
+
+/* ---- deferred_fence.c ------------------------------------------------------- */
+
+/* Whether `deferred`'s fences are one context-wide event (decided once). */
+int cupool_context_fences(void);
+/* Queues a `deferred` free (held: during a capture, until it has ended);
+ * c->lock not held. */
+CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held);
+
+#endif
