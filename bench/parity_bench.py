@@ -27,6 +27,11 @@ Configurations (PyTorch / CuPy):
                            no target compares it)
   nocache-cupool           the same under cupool, default settings
   nocache-cupool-deferred  the same with CUPOOL_FREE=deferred
+  nocache-cupool-share     default settings but what cupool holds beside the
+                           blocks in use a share of them (SHARE_ENV): measured
+                           beside the defaults, no target of its own, to
+                           choose the defaults of CUPOOL_DEFERRED_READY and
+                           CUPOOL_DEFERRED_WAIT
 
 Goal, per workload: cupool's peak memory (both of its configurations) within
 1.10x of caching and 1.05x of async; its step time within 1.03x of caching
@@ -61,8 +66,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
 
 WORKLOADS = ["cnn", "lm", "infer", "cupy"]
-CONFIGS = ["caching", "async", "nocache-native", "nocache-cupool", "nocache-cupool-deferred"]
-CUPOOL_CONFIGS = ["nocache-cupool", "nocache-cupool-deferred"]
+CONFIGS = ["caching", "async", "nocache-native", "nocache-cupool", "nocache-cupool-deferred",
+           "nocache-cupool-share"]
+CUPOOL_CONFIGS = ["nocache-cupool", "nocache-cupool-deferred"]  # the goal's: each has targets
+# nocache-cupool-share: the ready store and the blocks waiting for their
+# fences as shares of the bytes in use instead of 1 GiB each.
+SHARE_ENV = {"CUPOOL_DEFERRED_READY": "25%", "CUPOOL_DEFERRED_WAIT": "50%"}
 FIRST_ROUND_ONLY = ["nocache-native"]
 REFERENCES = ("caching", "async")
 # The goal: peak memory and time thresholds against each reference.
@@ -80,6 +89,8 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 
 def config_env(workload, config):
     env = dict(OFFLINE)
+    if config == "nocache-cupool-share":
+        env.update(SHARE_ENV)
     if workload == "cupy" or config == "caching":
         return env  # CuPy chooses its allocator in the process
     if config == "async":
@@ -90,10 +101,12 @@ def config_env(workload, config):
 
 
 def config_free(config):
-    """None = no cupool; "" = cupool with default settings; else CUPOOL_FREE."""
+    """None = no cupool; "" = cupool with its default free mode; else CUPOOL_FREE."""
     if not config.startswith("nocache-cupool"):
         return None
-    return config[len("nocache-cupool-"):] if config != "nocache-cupool" else ""
+    if config in ("nocache-cupool", "nocache-cupool-share"):
+        return ""
+    return config[len("nocache-cupool-"):]
 
 
 # ---- the worker (runs in its own process) -----------------------------------------
@@ -277,7 +290,8 @@ def worker(config, workload, args):
               "ms_all": [round(t, 4) for t in times], "seconds": round(time.time() - t0, 2),
               "cupool": B.cupool_info(),
               "env": {k: os.environ.get(k) for k in ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF",
-                                                    "CUPOOL_FREE") if os.environ.get(k)}}
+                                                    "CUPOOL_FREE", "CUPOOL_DEFERRED_READY", "CUPOOL_DEFERRED_WAIT")
+                     if os.environ.get(k)}}
     result.update(mem.result())
     result.update(info)
     print(json.dumps(result), flush=True)
