@@ -1,6 +1,6 @@
 /* Could cuCtxRecordEvent (CUDA 12.5+: one event that captures all the work
  * of a context at the time of the call) replace the fan-in of `deferred`'s
- * fences (src/deferred.c: an event recorded on the legacy stream and on
+ * fences (src/engine/deferred_fence.c: an event recorded on the legacy stream and on
  * every live non-blocking stream, each waited on by cupool's fence stream)?
  * Under PyTorch, which creates 128 streams, a fan-in costs about 70 us, so
  * fences are set 2 ms apart and freed blocks wait that long for reuse.
@@ -25,7 +25,7 @@
  *   ctx_record free-host        the same, the host waiting on the
  *                                     event (query, synchronize) before a
  *                                     free with no GPU dependency, as
- *                                     deferred.c does; then the block is
+ *                                     deferred_fence.c does; then the block is
  *                                     allocated again and written elsewhere
  *
  * Build on the GPU machine:

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../src/fill_ptx.h"
+#include "../../src/shims/fill_ptx.h"
 #include "driver_probe.h"
 
 

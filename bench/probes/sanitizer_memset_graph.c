@@ -1,6 +1,6 @@
 /* test_memset_api's first graph, rebuilt without cupool: the kernel nodes
  * cupool puts in place of its memset nodes (cupool's fill PTX, the launch
- * shapes of src/graph.h), on a 1 MiB block of a pool made like cupool's,
+ * shapes of src/shims/graph.h), on a 1 MiB block of a pool made like cupool's,
  * allocated on the legacy stream, launched on a blocking stream: does
  * compute-sanitizer report this graph by itself?
  *   sanitizer_memset_graph VARIANT
@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/fill_ptx.h"
+#include "../../src/shims/fill_ptx.h"
 #include "driver_probe.h"
-#include "../../src/graph.h"
+#include "../../src/shims/graph.h"
 
 
 static CUcontext ctx;
