@@ -91,6 +91,25 @@ CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
  * the GPU one by one. */
 #define HELD_SHARE_FLOOR (64ull << 20)
 
+/* The bytes the device's pools have allocated (in use by the program, or
+ * held by cupool), asked of the driver at most once a millisecond and anew
+ * once cupool has handed blocks back (cupool_release_block clears the
+ * time). */
+static uint64_t pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
+{
+    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
+    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
+    uint64_t used = 0;
+    for (int i = 0; i < dev->npools; i++) {
+        cuuint64_t value = 0;
+        real_cuMemPoolGetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &value);
+        used += value;
+    }
+    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
+    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
+    return used;
+}
+
 /* The bytes option `id` allows, or its share of the bytes the program has
  * in use on the device (the pools' allocated bytes less what this context
  * holds; a second context on the device means `sync`, which holds
@@ -99,7 +118,7 @@ uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id)
 {
     uint64_t value = cupool_option_started(id);
     if (!cupool_is_share(value)) return value;
-    uint64_t used = cupool_device_pool_used_recent(c->device, cupool_now_ns());
+    uint64_t used = pool_used_recent(c->device, cupool_now_ns());
     uint64_t held = c->ready_bytes + c->deferred_bytes;
     uint64_t in_use = used > held ? used - held : 0;
     uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
@@ -204,7 +223,8 @@ void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
         cupool_origin_remove(b->ptr, &gone);
         cupool_give_back(b->ptr, stream);
         cupool_give_record(&c->spare_blocks, b);
-        /* The pools' allocated bytes just fell: a share (cupool_held_cap) asks anew. */
+        /* The pools' allocated bytes just fell: a share (cupool_held_cap)
+         * asks anew. */
         atomic_store_explicit(&c->device->pool_used_at_ns, 0, memory_order_relaxed);
     }
     if (legacy) cupool_legacy_leave();

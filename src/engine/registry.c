@@ -148,17 +148,6 @@ uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns)
     return reserved;
 }
 
-uint64_t cupool_device_pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
-{
-    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
-    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
-    uint64_t used = 0;
-    for (int i = 0; i < dev->npools; i++) used += pool_attribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
-    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
-    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
-    return used;
-}
-
 uint64_t cupool_device_reserved_unused(cupool_device_t *dev)
 {
     uint64_t total = 0;

@@ -210,11 +210,6 @@ uint64_t cupool_device_reserved(cupool_device_t *dev);
  * hold less than is in use, or the last answer is 1 ms old): for the log
  * and statistics, which would otherwise query the driver on every call. */
 uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
-/* The bytes the device's pools have allocated (in use by the program, or
- * held by cupool), asked of the driver at most once a millisecond: what a
- * CUPOOL_DEFERRED_READY or CUPOOL_DEFERRED_WAIT given as a share is a
- * share of (cupool_held_cap). */
-uint64_t cupool_device_pool_used_recent(cupool_device_t *dev, uint64_t now_ns);
 
 /* Moves a context out of `ordered`: synchronizes it (after the capture in
  * progress, if any). */
