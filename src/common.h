@@ -242,7 +242,10 @@ const char *cupool_result_name(CUresult result);
     X(LOG_LEVEL, "CUPOOL_LOG_LEVEL", ENUM, "call", "error|warn|call",                                         \
       "what the log holds: failed calls, failed calls and warnings, or every call")                          \
     X(STATS, "CUPOOL_STATS", BOOL, "0", NULL, "print a summary at exit")                                     \
-    X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")
+    X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")                  \
+    X(LIVE, "CUPOOL_LIVE", BOOL, "1", NULL,                                                                     \
+      "publish live statistics for cupool top and cupool stat in CUPOOL_LIVE_DIR/cupool.UID.PID, updated 4 times a second") \
+    X(LIVE_DIR, "CUPOOL_LIVE_DIR", STRING, "/dev/shm", NULL, "directory of the live statistics pages")
 
 enum cupool_option {
 #define CUPOOL_OPTION_ENUM(id, ...) CUPOOL_OPT_##id,
@@ -405,5 +408,16 @@ void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns);
 void cupool_log_message(int level, const char *text);
 void cupool_log_flush(void);
 extern int cupool_log_level; /* -1 when no log */
+
+/* ---- live.c: the live statistics page (live.h) --------------------------- */
+
+/* Creates the page and starts the thread that updates it (start(), unless
+ * CUPOOL_LIVE=0); stops the thread and removes the page (at exit, before
+ * anything else is torn down).  Neither is on a call's path. */
+void cupool_live_start(void);
+void cupool_live_stop(void);
+/* What the page says of each device that cupool's counters do not hold
+ * (context.c): free modes in force, contexts, pools, reserved bytes. */
+int cupool_devices_report(int query, unsigned modes[], unsigned ncontexts[], int pooled[], uint64_t reserved[]);
 
 #endif

@@ -185,7 +185,9 @@ void cupool_pools_start(void); /* context.c */
 
 static void at_exit(void)
 {
-    /* The driver may already be gone: only our own memory is touched here. */
+    /* The driver may already be gone: only our own memory is touched here.
+     * The live page's thread asks the driver: it is stopped first. */
+    cupool_live_stop();
     if (cupool_option(CUPOOL_OPT_STATS)) cupool_stats_print();
     cupool_log_flush();
 }
@@ -211,6 +213,7 @@ static void start(void)
     atexit(at_exit);
     cupool_pools_start();
     decide_queue();
+    cupool_live_start();
     /* Under CUPOOL_LIMIT the store keeps no block larger than itself
      * (deferred.c, keep_ordered): the limit's room is already tight. */
     uint64_t keep = cupool_option(CUPOOL_OPT_ORDERED_READY), threshold = cupool_option(CUPOOL_OPT_RELEASE_THRESHOLD);
