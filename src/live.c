@@ -8,10 +8,12 @@
  * cupool_get_stats, which this thread calls; the pools' reserved bytes are
  * asked of the driver from here, never once exit has begun, and never in a
  * fork()ed child (which has no such thread).  The page is created at start,
- * mode 0600, written with pwrite (a full /dev/shm fails a write, it does
- * not raise SIGBUS in the program) and removed at exit; a process killed
- * before that leaves it behind, and readers remove it once they see its
- * process gone.  CUPOOL_LIVE=0 turns it off.
+ * mode 0600, its memory allocated there and then (a full /dev/shm says so
+ * at once, instead of raising SIGBUS at a later write), mapped, and its
+ * descriptor closed: a program that closes every descriptor, or reuses the
+ * number, cannot have cupool write into its own files.  It is removed at
+ * exit; a process killed before that leaves it behind, and readers remove
+ * it once they see its process gone.  CUPOOL_LIVE=0 turns it off.
  */
 #include "common.h"
 #include "cupool.h"
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -42,9 +45,9 @@ static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
 /* Under live_lock: the thread runs in this process, has been asked to
  * stop, is in an update. */
 static int running, stopping, in_round;
-/* Set once the page exists; owner: the process whose page it is (a fork()ed
- * child inherits the descriptor, never the page). */
-static int page_fd = -1;
+/* The page, mapped, once it exists; owner: the process whose page it is (a
+ * fork()ed child inherits the mapping, never the page). */
+static cupool_live_page_t *mapped;
 static pid_t owner;
 static char page_path[4096];
 
@@ -104,32 +107,16 @@ static uint64_t realtime_ns(void)
 
 /* ---- writing the page ---------------------------------------------------- */
 
-static int write_at(const void *data, size_t len, off_t offset)
+/* The seqlock's writer: the sequence number odd, the page's contents, the
+ * number even again.  The fields before the number never change. */
+static void write_page(void)
 {
-    while (len) {
-        ssize_t n = pwrite(page_fd, data, len, offset);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        data = (const char *)data + n;
-        len -= (size_t)n;
-        offset += n;
-    }
-    return 0;
-}
-
-/* The seqlock's writer: the sequence number odd, the whole page, then the
- * number even.  Each pwrite completes under the file's lock before the next
- * begins, so a reader that sees the even number again after its copy saw
- * none of the page change. */
-static int write_page(void)
-{
-    uint64_t seq = atomic_load_explicit(&page.seq, memory_order_relaxed) + 1;
-    atomic_store_explicit(&page.seq, seq, memory_order_relaxed);
-    if (write_at(&seq, sizeof seq, offsetof(cupool_live_page_t, seq)) != 0) return -1;
-    if (write_at(&page, sizeof page, 0) != 0) return -1;
-    seq++;
-    atomic_store_explicit(&page.seq, seq, memory_order_relaxed);
-    return write_at(&seq, sizeof seq, offsetof(cupool_live_page_t, seq));
+    uint64_t seq = atomic_load_explicit(&mapped->seq, memory_order_relaxed) + 1;
+    atomic_store_explicit(&mapped->seq, seq, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    size_t after = offsetof(cupool_live_page_t, seq) + sizeof page.seq;
+    memcpy((char *)mapped + after, (const char *)&page + after, sizeof page - after);
+    atomic_store_explicit(&mapped->seq, seq + 1, memory_order_release);
 }
 
 static uint64_t max_u64(uint64_t a, uint64_t b)
@@ -204,9 +191,7 @@ static void update(int query)
     page.devices_left_out = left_out;
     page.updated_ns = realtime_ns();
     page.updates++;
-    if (write_page() != 0)
-        cupool_message_once(CUPOOL_MSG_WARN, "cannot update the live statistics page %s: %s", page_path,
-                            strerror(errno));
+    write_page();
 }
 
 /* ---- the thread ---------------------------------------------------------- */
@@ -310,8 +295,8 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     running = stopping = in_round = 0;
-    if (page_fd >= 0) close(page_fd);
-    page_fd = -1;
+    if (mapped) munmap(mapped, sizeof *mapped);
+    mapped = NULL;
     init_cond();
     pthread_mutex_unlock(&live_lock);
 }
@@ -348,7 +333,17 @@ static int create_page(void)
         unlink(page_path);
         return -1;
     }
-    page_fd = fd;
+    /* The file's memory allocated now: a full file system says so here. */
+    int err = posix_fallocate(fd, 0, sizeof page);
+    void *m = err ? MAP_FAILED : mmap(NULL, sizeof page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        cupool_message(CUPOOL_MSG_WARN, "live statistics off: cannot make room for %s: %s", page_path,
+                       strerror(err ? err : errno));
+        close(fd);
+        unlink(page_path);
+        return -1;
+    }
+    close(fd);
     page.magic = CUPOOL_LIVE_MAGIC;
     page.format = CUPOOL_LIVE_FORMAT;
     page.size = sizeof page;
@@ -362,14 +357,9 @@ static int create_page(void)
     copy_text(page.free_option, sizeof page.free_option, cupool_option_string(CUPOOL_OPT_FREE));
     read_command(page.command, sizeof page.command);
     page.updated_ns = realtime_ns();
-    /* The whole page written now: a full file system says so here. */
-    if (write_page() != 0) {
-        cupool_message(CUPOOL_MSG_WARN, "live statistics off: cannot write %s: %s", page_path, strerror(errno));
-        close(fd);
-        unlink(page_path);
-        page_fd = -1;
-        return -1;
-    }
+    mapped = m;
+    memcpy(mapped, &page, offsetof(cupool_live_page_t, seq));
+    write_page();
     owner = getpid();
     return 0;
 }
@@ -408,13 +398,12 @@ void cupool_live_start(void)
 
 /* At exit, before the statistics are printed and the log flushed: the
  * thread finishes the update in progress (its driver call included) and
- * makes no other; then the page goes.  The descriptor stays open: should the
- * update not finish in time, its writes still go to the removed page, never
- * to a file the descriptor's number is reused for. */
+ * makes no other; then the page goes.  The mapping stays: should the update
+ * not finish in time, it still writes to memory that is there. */
 void cupool_live_stop(void)
 {
     pthread_mutex_lock(&live_lock);
-    if (page_fd < 0 || owner != getpid()) {
+    if (!mapped || owner != getpid()) {
         pthread_mutex_unlock(&live_lock);
         return;
     }
