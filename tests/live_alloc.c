@@ -4,14 +4,17 @@
  * along) until the file DIR/quiet appears, then writes what it did to
  * DIR/counts and waits, allocating nothing more, for DIR/exit; it exits
  * without freeing the blocks it holds.  DIR/ready holds its pid once it has
- * allocated.  Each wait gives up after a minute, so a test that fails never
+ * allocated, and a child it forked has exited through exit() (whose cupool
+ * must leave the parent's page alone).  Each wait gives up after a minute, so a test that fails never
  * leaves it behind.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,6 +60,12 @@ int main(int argc, char **argv)
     CUdeviceptr held[3], ring[RING] = {0};
     unsigned long long allocs = 0, frees = 0, in_use = 0;
     for (int i = 0; i < 3; i++, allocs++, in_use += 1 << 20) CHECK_CU(cuMemAlloc(&held[i], 1 << 20));
+    pid_t child = fork();
+    CHECK_TRUE(child >= 0);
+    if (child == 0) exit(0);
+    int status;
+    CHECK_EQ(waitpid(child, &status, 0), child);
+    CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     char text[256];
     snprintf(text, sizeof text, "%d\n", (int)getpid());
     put("ready", text);
