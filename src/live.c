@@ -136,6 +136,26 @@ static uint64_t rate(const uint64_t *counts, const uint64_t *at_ns, unsigned now
     return (uint64_t)((double)(counts[now] - counts[then]) * 1e9 / (double)dt);
 }
 
+/* The device's counters, folded.  cupool_get_stats sums what is allocated
+ * and what is freed one after the other, while the program goes on: a free
+ * counted in the second sum whose allocation came too late for the first
+ * makes the difference negative (a huge number modulo 2^64).  Such a fold
+ * is taken again, and after a few tries the bytes in use of the last update
+ * are kept, so that neither the page nor its peak ever shows one. */
+static int folded(int device, cupool_stats_t *s)
+{
+    static uint64_t last_in_use[CUPOOL_MAX_DEVICES];
+    for (int tries = 0; tries < 4; tries++) {
+        if (cupool_get_stats(device, s) != 0) return 0;
+        if (s->in_use <= (uint64_t)INT64_MAX) {
+            last_in_use[device] = s->in_use;
+            return 1;
+        }
+    }
+    s->in_use = last_in_use[device];
+    return 1;
+}
+
 /* One update: cupool's counters folded, the pools asked, the page written. */
 static void update(int query)
 {
@@ -149,7 +169,7 @@ static void update(int query)
     /* The devices cupool has set up: counts are only ever made on them. */
     for (int d = 0; d < ndevices; d++) {
         cupool_stats_t s;
-        if (cupool_get_stats(d, &s) != 0) continue;
+        if (!folded(d, &s)) continue;
         const cupool_device_stats_t *rare = &cupool_device_stats[d];
         history[d].at_ns[slot] = now;
         history[d].allocs[slot] = s.pooled_allocs + s.native_allocs;
