@@ -3,8 +3,9 @@
 # while cupool top --once --json and cupool stat read its page: the values
 # move between two reads, and once it has stopped allocating they match what
 # it did and, at its exit, what CUPOOL_STATS prints; the page is gone after
-# exit.  CUPOOL_LIVE=0 makes no page; the page of a process killed with -9,
-# or of a pid now another process's, is removed by the next reader; a page
+# exit.  CUPOOL_LIVE=0 makes no page, nor does a directory that cannot hold
+# one (one message); the page of a process killed with -9, or of a pid now
+# another process's, is removed by the next reader; a page
 # with group or other permission bits, or of another user, is not shown; a
 # forked child's exit leaves its parent's page.  The Prometheus endpoint's
 # answer parses as the text format 0.0.4, other paths get 404, and an idle
@@ -186,6 +187,16 @@ start off --no-live
 touch "$dir/quiet" "$dir/exit"
 wait "$pid" || fail "live_alloc failed with CUPOOL_LIVE=0"
 [ -n "$(ls -A "$CUPOOL_LIVE_DIR")" ] && fail "pages left: $(ls -A "$CUPOOL_LIVE_DIR")"
+
+# ---- a directory that cannot hold pages: one message, the program runs on ---
+mkdir "$tmp/run.nodir"
+CUPOOL_LIVE_DIR=$tmp/missing "$launcher" --library "$lib" -- "$helper" "$tmp/run.nodir" 2>"$tmp/nodir.err" &
+nodir=$!
+pids="$pids $nodir"
+until_ok 20 test -s "$tmp/run.nodir/ready" || fail "live_alloc did not start: $(cat "$tmp/nodir.err")"
+touch "$tmp/run.nodir/quiet" "$tmp/run.nodir/exit"
+wait "$nodir" || fail "live_alloc failed without a page directory: $(cat "$tmp/nodir.err")"
+[ "$(grep -c 'live statistics off' "$tmp/nodir.err")" = 1 ] || fail "expected one message: $(cat "$tmp/nodir.err")"
 
 # ---- kill -9: the next reader removes the page -----------------------------
 start killed
