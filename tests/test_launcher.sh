@@ -23,7 +23,7 @@ grep -q 'cannot find /nonexistent' /tmp/launcher.$$ || fail "no message for a mi
 rm -f /tmp/launcher.$$
 
 out=$(LD_PRELOAD=/keep/me.so "$launcher" --library "$lib" -p split -f sync -t 1G --min-size 4K --max-size 1G \
-    --split-size 2M --limit 8G --ordered-ready 128M --deferred-ready 256M --deferred-wait 25% --deferred-fence streams --driver-queue off -m kernel -l /tmp/x.%p.jsonl --log-level warn -s -v -- env 2>/dev/null) ||
+    --split-size 2M --limit 8G --ordered-ready 128M --deferred-ready 256M --deferred-wait 25% --deferred-fence streams --driver-queue off -m kernel -l /tmp/x.%p.jsonl --log-level warn -s -v --no-live -- env 2>/dev/null) ||
     fail "env did not run"
 expect() { printf '%s\n' "$out" | grep -qx "$1" || fail "expected $1 in the environment"; }
 expect "LD_PRELOAD=$lib:/keep/me.so"
@@ -44,6 +44,23 @@ expect 'CUPOOL_LOG=/tmp/x.%p.jsonl'
 expect CUPOOL_LOG_LEVEL=warn
 expect CUPOOL_STATS=1
 expect CUPOOL_VERBOSE=1
+expect CUPOOL_LIVE=0
 out=$("$launcher" --library "$lib" env) || fail "env did not run"
 expect "LD_PRELOAD=$lib"
+out=$("$launcher" --library "$lib" --live 1 env) || fail "env did not run"
+expect CUPOOL_LIVE=1
+
+# `cupool top` and `cupool stat` run the reader (here echo, to see its
+# arguments); a program of either name runs after -- or after an option.
+out=$(CUPOOL_TOP=/bin/echo "$launcher" top --once --json) || fail "cupool top did not run"
+[ "$out" = "--once --json" ] || fail "cupool top passed '$out'"
+out=$(CUPOOL_TOP=/bin/echo "$launcher" stat 42) || fail "cupool stat did not run"
+[ "$out" = "--stat 42" ] || fail "cupool stat passed '$out'"
+CUPOOL_TOP=/nonexistent/cupool-top "$launcher" top 2>/tmp/launcher.$$ && fail "a missing cupool-top succeeded"
+grep -q 'cannot find /nonexistent/cupool-top' /tmp/launcher.$$ || fail "no message for a missing cupool-top"
+rm -f /tmp/launcher.$$
+out=$(CUPOOL_TOP=/bin/false "$launcher" --library "$lib" -- stat -c %n /) || fail "cupool -- stat did not run stat"
+[ "$out" = / ] || fail "cupool -- stat printed '$out'"
+out=$(CUPOOL_TOP=/bin/false "$launcher" --library "$lib" -s stat -c %n /) || fail "cupool -s stat did not run stat"
+[ "$out" = / ] || fail "cupool -s stat printed '$out'"
 echo "test_launcher: ok"

@@ -90,6 +90,8 @@ static const option_case_t options[] = {
     {"CUPOOL_LOG_LEVEL", "call", {"error", "warn", "call"}, {"debug", "all", "2"}},
     {"CUPOOL_STATS", "0", {"0", "1", "yes", "no", "true", "false", "on", "off"}, {"2", "maybe", "yess"}},
     {"CUPOOL_VERBOSE", "0", {"0", "1"}, {"2", "loud"}},
+    {"CUPOOL_LIVE", "1", {"0", "1", "off", "on"}, {"2", "live"}},
+    {"CUPOOL_LIVE_DIR", "/dev/shm", {NULL}, {NULL}}, /* any text is a directory: tests/test_live.sh */
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 

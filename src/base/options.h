@@ -35,7 +35,10 @@
     X(LOG_LEVEL, "CUPOOL_LOG_LEVEL", ENUM, "call", "error|warn|call",                                         \
       "what the log holds: failed calls, failed calls and warnings, or every call")                          \
     X(STATS, "CUPOOL_STATS", BOOL, "0", NULL, "print a summary at exit")                                     \
-    X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")
+    X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")                  \
+    X(LIVE, "CUPOOL_LIVE", BOOL, "1", NULL,                                                                     \
+      "publish live statistics for cupool top and cupool stat in CUPOOL_LIVE_DIR/cupool.UID.PID, updated 4 times a second") \
+    X(LIVE_DIR, "CUPOOL_LIVE_DIR", STRING, "/dev/shm", NULL, "directory of the live statistics pages")
 
 enum cupool_option {
 #define CUPOOL_OPTION_ENUM(id, ...) CUPOOL_OPT_##id,

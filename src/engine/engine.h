@@ -22,6 +22,13 @@
  * whether the fast paths may run. */
 void cupool_engine_start(void);
 
+/* The live statistics page (live.c, its format live.h): created, with the
+ * thread that updates it, at start-up unless CUPOOL_LIVE=0; the thread
+ * stopped and the page removed at exit, before anything else is torn
+ * down.  Neither is on a call's path. */
+void cupool_live_start(void);
+void cupool_live_stop(void);
+
 /* The state of the calling thread's current context, created on first use;
  * NULL when no context is current or cupool cannot pool there.  Inline: the
  * thread's cache answers nearly every time. */

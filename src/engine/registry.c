@@ -159,6 +159,38 @@ uint64_t cupool_device_reserved_unused(cupool_device_t *dev)
     return total;
 }
 
+/* For the live statistics page (live.c): per device ordinal, the free
+ * modes its contexts are in (bit m: mode m), how many contexts cupool
+ * keeps, whether pools serve it and, with `query`, what its pools reserve.
+ * The driver is asked only for a device with a live context, and under
+ * registry_lock: no context teardown cupool sees (the program's own, or a
+ * runtime's at exit) runs meanwhile.  Returns 1 + the highest ordinal set
+ * up, 0 for none. */
+int cupool_devices_report(int query, unsigned modes[], unsigned ncontexts[], int pooled[], uint64_t reserved[])
+{
+    int n = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (int d = 0; d < CUPOOL_MAX_DEVICES; d++) {
+        modes[d] = ncontexts[d] = 0;
+        pooled[d] = devices_ready[d] && devices[d].pooled;
+        reserved[d] = 0;
+        if (devices_ready[d]) n = d + 1;
+    }
+    for (cupool_context_t *c = contexts; c; c = c->next) {
+        if (c->ordinal < 0 || c->ordinal >= CUPOOL_MAX_DEVICES) continue;
+        modes[c->ordinal] |= 1u << atomic_load_explicit(&c->mode, memory_order_relaxed);
+        ncontexts[c->ordinal]++;
+    }
+    if (query) {
+        CUstreamCaptureMode previous = cupool_relaxed_begin();
+        for (int d = 0; d < n; d++)
+            if (pooled[d] && devices[d].contexts > 0) reserved[d] = cupool_device_reserved(&devices[d]);
+        cupool_relaxed_end(previous);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return n;
+}
+
 static void grant_access(cupool_device_t *dev, int to, CUmemAccess_flags flags)
 {
     if (!real_cuMemPoolSetAccess) return;

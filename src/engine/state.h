@@ -205,6 +205,11 @@ void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
 uint64_t cupool_device_reserved_unused(cupool_device_t *dev);
+/* For the live statistics page (live.c): per device ordinal, the free
+ * modes in force (bit m: mode m), the contexts cupool keeps, whether pools
+ * serve it and, with `query`, what its pools reserve; returns 1 + the
+ * highest ordinal set up, 0 for none. */
+int cupool_devices_report(int query, unsigned modes[], unsigned ncontexts[], int pooled[], uint64_t reserved[]);
 uint64_t cupool_device_reserved(cupool_device_t *dev);
 /* The same, asked of the driver only when it may have changed (the pools
  * hold less than is in use, or the last answer is 1 ms old): for the log

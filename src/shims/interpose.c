@@ -48,7 +48,9 @@ static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 
 static void at_exit(void)
 {
-    /* The driver may already be gone: only our own memory is touched here. */
+    /* The driver may already be gone: only our own memory is touched here.
+     * The live page's thread asks the driver: it is stopped first. */
+    cupool_live_stop();
     if (cupool_option(CUPOOL_OPT_STATS)) cupool_stats_print();
     cupool_log_flush();
 }
@@ -61,6 +63,7 @@ static void start(void)
     cupool_hot.count_used = cupool_hot.timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED;
     atexit(at_exit);
     cupool_engine_start();
+    cupool_live_start();
     atomic_store(&cupool_hot.started, 1);
 }
 

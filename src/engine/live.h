@@ -1,0 +1,67 @@
+/*
+ * The live statistics page: what a process under cupool publishes about
+ * itself (live.c) and what cupool-top and cupool stat read (src/tools/).
+ * One file per process, <dir>/cupool.<uid>.<pid> (dir: CUPOOL_LIVE_DIR,
+ * /dev/shm by default), mode 0600, rewritten whole about four times a
+ * second and removed at exit.  The layout is fixed-size and native-endian:
+ * the writer and its readers run on the same machine.  A reader takes a
+ * consistent copy with the sequence number (a seqlock): odd while an update
+ * is being written, and the same even value before and after the copy.
+ * Plain C11 and <stdint.h> only: the readers do not see the library's
+ * headers.
+ */
+#ifndef CUPOOL_LIVE_H
+#define CUPOOL_LIVE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define CUPOOL_LIVE_MAGIC 0x3165766c6c6f6f70ull /* "poollve1", read as a little-endian word */
+#define CUPOOL_LIVE_FORMAT 1
+#define CUPOOL_LIVE_PREFIX "cupool."
+#define CUPOOL_LIVE_DEVICES 16  /* devices a page carries, those with activity first come first */
+#define CUPOOL_LIVE_COMMAND 256 /* bytes of the command line kept, NUL included */
+#define CUPOOL_LIVE_INTERVAL_MS 250
+
+/* Free modes a device's contexts are in (bit CUPOOL_LIVE_MODE_x of modes). */
+enum { CUPOOL_LIVE_MODE_ORDERED = 1, CUPOOL_LIVE_MODE_DEFERRED = 2, CUPOOL_LIVE_MODE_SYNC = 3 };
+
+typedef struct cupool_live_device {
+    int32_t ordinal;         /* device ordinal; -1: calls on no known device */
+    uint32_t modes;          /* bit m set: a context of the device is in free mode m */
+    uint32_t contexts;       /* contexts cupool keeps state for */
+    uint32_t pooled;         /* cupool's pools serve this device */
+    uint64_t pooled_allocs, pooled_frees, native_allocs;
+    uint64_t in_use;         /* pooled bytes allocated and not freed */
+    uint64_t peak_in_use;    /* exact under CUPOOL_STATS or CUPOOL_LOG, else the most seen by an update */
+    uint64_t reserved;       /* what the device's pools hold, asked of the driver at the last update */
+    uint64_t peak_reserved;  /* the most of that seen (or counted, under CUPOOL_STATS/CUPOOL_LOG) */
+    uint64_t alloc_rate;     /* allocations (pooled and native) per second, over the last second */
+    uint64_t free_rate;      /* pooled frees per second, over the last second */
+    uint64_t trims, oom_retries, rewritten_memsets;
+    uint64_t ready_reuses, ordered_fences;
+    uint64_t misses_given_back, given_back_bytes, oversize_kept, deferred_waits, queued_calls;
+} cupool_live_device_t;
+
+typedef struct cupool_live_page {
+    uint64_t magic;          /* CUPOOL_LIVE_MAGIC */
+    uint32_t format;         /* CUPOOL_LIVE_FORMAT */
+    uint32_t size;           /* sizeof(cupool_live_page_t) */
+    _Atomic uint64_t seq;    /* odd while being written */
+    int32_t pid;
+    uint32_t uid;
+    uint64_t start_time;     /* the process's start, clock ticks after boot (/proc/PID/stat field 22) */
+    uint64_t updated_ns;     /* CLOCK_REALTIME of the last update */
+    uint64_t updates;        /* updates so far */
+    uint32_t interval_ms;    /* between updates */
+    uint32_t version;        /* cupool_version(): MAJOR*10000 + MINOR*100 + PATCH */
+    char version_text[16];
+    char policy[16];         /* CUPOOL_POLICY in force */
+    char free_option[16];    /* CUPOOL_FREE in force */
+    uint32_t ndevices;       /* entries of device[] in use */
+    uint32_t devices_left_out; /* devices with activity that did not fit */
+    char command[CUPOOL_LIVE_COMMAND]; /* /proc/self/cmdline, arguments joined by spaces, cut */
+    cupool_live_device_t device[CUPOOL_LIVE_DEVICES];
+} cupool_live_page_t;
+
+#endif

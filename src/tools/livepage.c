@@ -1,0 +1,185 @@
+/*
+ * Reading live statistics pages (livepage.h).  A page is trusted only when
+ * the opened file itself (fstat, not its name) is a regular file of the
+ * calling user that nobody else may read or write: another user could
+ * otherwise plant a page that cupool-top shows as the user's, or a link to
+ * somewhere else.  A copy is taken with the page's seqlock: the sequence
+ * number even and unchanged across the copy.
+ */
+#include "config.h" /* _GNU_SOURCE */
+#include "livepage.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COPY_TRIES 200
+
+const char *live_dir(const char *dir)
+{
+    if (dir && *dir) return dir;
+    const char *env = getenv("CUPOOL_LIVE_DIR");
+    return env && *env ? env : "/dev/shm";
+}
+
+/* The start time of process pid (/proc/PID/stat field 22), 0 if unknown. */
+static unsigned long long process_start(int pid)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    text[n] = '\0';
+    char *p = strrchr(text, ')');
+    for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* Gone: no process of that pid, or one that started at another time (the
+ * pid was reused). */
+static int process_gone(const cupool_live_page_t *page)
+{
+    if (kill(page->pid, 0) != 0 && errno == ESRCH) return 1;
+    unsigned long long started = process_start(page->pid);
+    return started && page->start_time && started != page->start_time;
+}
+
+static void pause_briefly(void)
+{
+    struct timespec t = {0, 1000000};
+    nanosleep(&t, NULL);
+}
+
+/* A consistent copy of the mapped page m into out. */
+static int copy_page(const cupool_live_page_t *m, cupool_live_page_t *out)
+{
+    for (int i = 0; i < COPY_TRIES; i++) {
+        uint64_t before = atomic_load_explicit(&m->seq, memory_order_acquire);
+        if (before & 1) {
+            pause_briefly();
+            continue;
+        }
+        memcpy((void *)out, (const void *)m, sizeof *out);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&m->seq, memory_order_relaxed) == before) return LIVE_OK;
+    }
+    return LIVE_BUSY;
+}
+
+static int read_path(const char *path, int pid, cupool_live_page_t *out, int clean)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? LIVE_MISSING : errno == ELOOP ? LIVE_REFUSED : LIVE_MISSING;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) {
+        close(fd);
+        return LIVE_REFUSED;
+    }
+    if ((size_t)st.st_size < sizeof *out) {
+        close(fd);
+        return LIVE_BAD;
+    }
+    void *m = mmap(NULL, sizeof *out, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        close(fd);
+        return LIVE_BAD;
+    }
+    int r = copy_page(m, out);
+    munmap(m, sizeof *out);
+    /* Odd for good: its process was killed in the middle of an update. */
+    if (r == LIVE_BUSY && kill(pid, 0) != 0 && errno == ESRCH) {
+        if (clean) unlink(path);
+        close(fd);
+        return LIVE_STALE;
+    }
+    if (r == LIVE_OK && (out->magic != CUPOOL_LIVE_MAGIC || out->format != CUPOOL_LIVE_FORMAT ||
+                         out->size != sizeof *out || out->pid != pid || out->uid != getuid() ||
+                         out->ndevices > CUPOOL_LIVE_DEVICES))
+        r = LIVE_BAD;
+    if (r == LIVE_OK) out->command[sizeof out->command - 1] = '\0';
+    if (r == LIVE_OK && process_gone(out)) {
+        r = LIVE_STALE;
+        /* Removed only if the name still holds the file checked above: a
+         * new process of that pid may have just made its own. */
+        struct stat now;
+        if (clean && stat(path, &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) unlink(path);
+    }
+    close(fd);
+    return r;
+}
+
+static void page_path(char *out, size_t len, const char *dir, int pid)
+{
+    snprintf(out, len, "%s/%s%u.%d", dir, CUPOOL_LIVE_PREFIX, (unsigned)getuid(), pid);
+}
+
+int live_read_pid(const char *dir, int pid, cupool_live_page_t *out, int clean)
+{
+    char path[4096];
+    page_path(path, sizeof path, live_dir(dir), pid);
+    return read_path(path, pid, out, clean);
+}
+
+cupool_live_page_t *live_scan(const char *dir, size_t *count, int clean, size_t *refused)
+{
+    *count = 0;
+    if (refused) *refused = 0;
+    dir = live_dir(dir);
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof prefix, "%s%u.", CUPOOL_LIVE_PREFIX, (unsigned)getuid());
+    cupool_live_page_t *pages = NULL;
+    size_t cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
+        char *end;
+        long pid = strtol(e->d_name + plen, &end, 10);
+        if (*end || pid <= 0 || pid > 0x7fffffff) continue;
+        if (*count == cap) {
+            size_t more = cap ? 2 * cap : 16;
+            cupool_live_page_t *grown = realloc(pages, more * sizeof *pages);
+            if (!grown) break;
+            pages = grown;
+            cap = more;
+        }
+        char path[4096];
+        page_path(path, sizeof path, dir, (int)pid);
+        int r = read_path(path, (int)pid, &pages[*count], clean);
+        if (r == LIVE_OK) ++*count;
+        else if (r == LIVE_REFUSED && refused) ++*refused;
+    }
+    closedir(d);
+    return pages;
+}
+
+const char *live_modes(const cupool_live_device_t *d, char *buf, size_t len)
+{
+    static const char *const names[] = {"auto", "ordered", "deferred", "sync"};
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int m = 1; m < 4; m++)
+        if (d->modes & (1u << m)) o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "%s%s", o ? "+" : "", names[m]);
+    if (!o) snprintf(buf, len, "%s", d->pooled ? "-" : "native");
+    return buf;
+}
+
+const char *live_human(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+    return buf;
+}

@@ -1,0 +1,309 @@
+/*
+ * `cupool top --prometheus PORT`: the live statistics pages in Prometheus's
+ * text exposition format (version 0.0.4) at http://127.0.0.1:PORT/metrics.
+ * One thread and one poll loop: every client socket is non-blocking, a
+ * request may be at most REQUEST_MAX bytes and must arrive, and its answer
+ * leave, within CLIENT_TIMEOUT_MS; beyond MAX_CLIENTS at once a connection
+ * is closed at once.  So a slow or broken client costs a slot for a few
+ * seconds, never the server.  Only loopback is listened on: the counters
+ * name the user's commands.
+ */
+#include "config.h" /* _GNU_SOURCE */
+#include "livepage.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CLIENTS 32
+#define REQUEST_MAX 8192
+#define CLIENT_TIMEOUT_MS 5000
+
+/* ---- the exposition ------------------------------------------------------ */
+
+typedef struct metric {
+    const char *name, *type, *help;
+    size_t offset; /* of a uint64_t in cupool_live_device_t */
+} metric_t;
+
+#define FIELD(f) offsetof(cupool_live_device_t, f)
+static const metric_t metrics[] = {
+    {"cupool_in_use_bytes", "gauge", "Pooled bytes allocated and not freed.", FIELD(in_use)},
+    {"cupool_reserved_bytes", "gauge", "Bytes the device's cupool pools hold.", FIELD(reserved)},
+    {"cupool_peak_in_use_bytes", "gauge", "Most pooled bytes in use so far.", FIELD(peak_in_use)},
+    {"cupool_peak_reserved_bytes", "gauge", "Most bytes the pools held so far.", FIELD(peak_reserved)},
+    {"cupool_pooled_allocations_total", "counter", "Allocations served from a pool.", FIELD(pooled_allocs)},
+    {"cupool_pooled_frees_total", "counter", "Frees of pooled allocations.", FIELD(pooled_frees)},
+    {"cupool_native_allocations_total", "counter", "Allocations passed to cuMemAlloc.", FIELD(native_allocs)},
+    {"cupool_allocations_per_second", "gauge", "Allocations per second over the last second.", FIELD(alloc_rate)},
+    {"cupool_frees_per_second", "gauge", "Pooled frees per second over the last second.", FIELD(free_rate)},
+    {"cupool_oom_retries_total", "counter", "Allocations retried after out of memory.", FIELD(oom_retries)},
+    {"cupool_trims_total", "counter", "Pool trims after out of memory.", FIELD(trims)},
+    {"cupool_rewritten_memsets_total", "counter", "Graph memset nodes rewritten into kernel nodes.",
+     FIELD(rewritten_memsets)},
+};
+
+/* A label value: backslash, double quote and newline escaped. */
+static void put_label(FILE *out, const char *text)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '\\' || *p == '"') fprintf(out, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", out);
+        else if (*p >= 0x20 && *p != 0x7f) fputc(*p, out);
+    }
+}
+
+static void put_labels(FILE *out, const cupool_live_page_t *p, const cupool_live_device_t *d)
+{
+    fprintf(out, "{pid=\"%d\",device=\"%d\",command=\"", (int)p->pid, (int)d->ordinal);
+    put_label(out, p->command);
+    fputs("\"", out);
+}
+
+char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len)
+{
+    char *text = NULL;
+    FILE *out = open_memstream(&text, len);
+    if (!out) return NULL;
+    fputs("# HELP cupool_info A process under cupool: its version and policy.\n# TYPE cupool_info gauge\n", out);
+    for (size_t i = 0; i < n; i++) {
+        const cupool_live_page_t *p = &pages[i];
+        fprintf(out, "cupool_info{pid=\"%d\",command=\"", (int)p->pid);
+        put_label(out, p->command);
+        fputs("\",version=\"", out);
+        put_label(out, p->version_text);
+        fputs("\",policy=\"", out);
+        put_label(out, p->policy);
+        fputs("\",free=\"", out);
+        put_label(out, p->free_option);
+        fputs("\"} 1\n", out);
+    }
+    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name,
+                metrics[m].type);
+        for (size_t i = 0; i < n; i++)
+            for (uint32_t k = 0; k < pages[i].ndevices; k++) {
+                const cupool_live_device_t *d = &pages[i].device[k];
+                uint64_t value;
+                memcpy(&value, (const char *)d + metrics[m].offset, sizeof value);
+                fputs(metrics[m].name, out);
+                put_labels(out, &pages[i], d);
+                fprintf(out, "} %llu\n", (unsigned long long)value);
+            }
+    }
+    fputs("# HELP cupool_free_mode Free modes the device's contexts are in (1 per mode in force).\n"
+          "# TYPE cupool_free_mode gauge\n",
+          out);
+    static const char *const modes[] = {"auto", "ordered", "deferred", "sync"};
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t k = 0; k < pages[i].ndevices; k++)
+            for (int m = 1; m < 4; m++) {
+                const cupool_live_device_t *d = &pages[i].device[k];
+                if (!(d->modes & (1u << m))) continue;
+                fputs("cupool_free_mode", out);
+                put_labels(out, &pages[i], d);
+                fprintf(out, ",mode=\"%s\"} 1\n", modes[m]);
+            }
+    if (fclose(out) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* ---- the server ---------------------------------------------------------- */
+
+typedef struct client {
+    int fd;
+    size_t got;
+    char request[REQUEST_MAX + 1];
+    char *answer; /* malloc()ed once the request is complete */
+    size_t answer_len, sent;
+    long long deadline_ms;
+} client_t;
+
+static long long now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void drop(client_t *c)
+{
+    close(c->fd);
+    free(c->answer);
+    c->fd = -1;
+    c->answer = NULL;
+}
+
+static char *http_answer(const char *status, const char *type, const char *body, size_t body_len, size_t *len)
+{
+    char *text = NULL;
+    FILE *out = open_memstream(&text, len);
+    if (!out) return NULL;
+    fprintf(out, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", status,
+            type, body_len);
+    fwrite(body, 1, body_len, out);
+    if (fclose(out) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* The answer to a complete request (or to one too long: too_long set). */
+static void answer(client_t *c, const char *dir, int too_long)
+{
+    static const char plain[] = "text/plain; charset=utf-8";
+    if (too_long) {
+        c->answer = http_answer("431 Request Header Fields Too Large", plain, "request too large\n", 18, &c->answer_len);
+        return;
+    }
+    char method[16], target[1024];
+    if (sscanf(c->request, "%15s %1023s", method, target) != 2) {
+        c->answer = http_answer("400 Bad Request", plain, "bad request\n", 12, &c->answer_len);
+        return;
+    }
+    target[strcspn(target, "?")] = '\0';
+    if (strcmp(target, "/metrics") != 0) {
+        c->answer = http_answer("404 Not Found", plain, "not found; try /metrics\n", 24, &c->answer_len);
+        return;
+    }
+    if (strcmp(method, "GET") != 0) {
+        c->answer = http_answer("405 Method Not Allowed", plain, "only GET\n", 9, &c->answer_len);
+        return;
+    }
+    size_t n, len;
+    cupool_live_page_t *pages = live_scan(dir, &n, 1, NULL);
+    char *body = prom_format(pages, n, &len);
+    free(pages);
+    if (body) c->answer = http_answer("200 OK", "text/plain; version=0.0.4; charset=utf-8", body, len, &c->answer_len);
+    free(body);
+}
+
+static void on_readable(client_t *c, const char *dir)
+{
+    ssize_t n = recv(c->fd, c->request + c->got, REQUEST_MAX - c->got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        drop(c);
+        return;
+    }
+    c->got += (size_t)n;
+    c->request[c->got] = '\0';
+    if (strstr(c->request, "\r\n\r\n") || strstr(c->request, "\n\n")) answer(c, dir, 0);
+    else if (c->got == REQUEST_MAX) answer(c, dir, 1);
+    else return;
+    if (!c->answer) drop(c); /* out of memory: the client sees the connection close */
+}
+
+static void on_writable(client_t *c)
+{
+    ssize_t n = send(c->fd, c->answer + c->sent, c->answer_len - c->sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        drop(c);
+        return;
+    }
+    c->sent += (size_t)n;
+    if (c->sent == c->answer_len) {
+        shutdown(c->fd, SHUT_WR);
+        drop(c);
+    }
+}
+
+static int listen_on(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 16) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int prom_serve(const char *dir, int port, volatile sig_atomic_t *stop)
+{
+    int lfd = listen_on(port);
+    if (lfd < 0) {
+        fprintf(stderr, "cupool-top: cannot listen on 127.0.0.1:%d: %s\n", port, strerror(errno));
+        return 1;
+    }
+    struct sockaddr_in addr;
+    socklen_t alen = sizeof addr;
+    if (getsockname(lfd, (struct sockaddr *)&addr, &alen) == 0) port = ntohs(addr.sin_port);
+    fprintf(stderr, "cupool-top: serving http://127.0.0.1:%d/metrics\n", port);
+    static client_t clients[MAX_CLIENTS];
+    for (int i = 0; i < MAX_CLIENTS; i++) clients[i].fd = -1;
+    while (!*stop) {
+        struct pollfd fds[MAX_CLIENTS + 1];
+        int who[MAX_CLIENTS + 1], n = 0;
+        fds[n].fd = lfd;
+        fds[n].events = POLLIN;
+        who[n++] = -1;
+        long long now = now_ms();
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+            client_t *c = &clients[i];
+            if (c->fd < 0) continue;
+            if (now >= c->deadline_ms) {
+                drop(c);
+                continue;
+            }
+            fds[n].fd = c->fd;
+            fds[n].events = c->answer ? POLLOUT : POLLIN;
+            who[n++] = i;
+        }
+        /* A short timeout: deadlines and *stop are looked at often. */
+        if (poll(fds, (nfds_t)n, 200) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (int k = 1; k < n; k++) {
+            client_t *c = &clients[who[k]];
+            if (!fds[k].revents || c->fd < 0) continue;
+            if (fds[k].revents & (POLLERR | POLLNVAL)) drop(c);
+            else if (c->answer) on_writable(c);
+            else on_readable(c, dir);
+        }
+        if (fds[0].revents & POLLIN) {
+            for (;;) {
+                int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (cfd < 0) break;
+                client_t *slot = NULL;
+                for (int i = 0; i < MAX_CLIENTS && !slot; i++)
+                    if (clients[i].fd < 0) slot = &clients[i];
+                if (!slot) {
+                    close(cfd); /* full: the client may try again */
+                    continue;
+                }
+                slot->fd = cfd;
+                slot->got = 0;
+                slot->request[0] = '\0';
+                slot->answer = NULL;
+                slot->answer_len = slot->sent = 0;
+                slot->deadline_ms = now_ms() + CLIENT_TIMEOUT_MS;
+            }
+        }
+    }
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        if (clients[i].fd >= 0) drop(&clients[i]);
+    close(lfd);
+    return 0;
+}
