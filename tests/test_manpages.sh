@@ -14,7 +14,7 @@ fail() { echo "test_manpages: $*" >&2; status=1; }
 # The harness preloads nothing for scripts, but keep the tools clean anyway.
 unset LD_PRELOAD
 
-for page in cupool.1 cupool-report.1 cupool-replay.1 cupool.7; do
+for page in cupool.1 cupool-top.1 cupool-report.1 cupool-replay.1 cupool.7; do
     [ -f "$mandir/$page" ] || { echo "test_manpages: $mandir/$page not built" >&2; exit 1; }
 done
 
@@ -49,6 +49,7 @@ check_options() { # PAGE NAME USAGE-TEXT
 }
 
 check_options "$mandir/cupool.1" cupool "$(sh "$builddir/scripts/cupool" --help)"
+check_options "$mandir/cupool-top.1" cupool-top "$("$builddir/cupool-top" --help)"
 check_options "$mandir/cupool-report.1" cupool-report "$("$builddir/cupool-report" -h)"
 check_options "$mandir/cupool-replay.1" cupool-replay "$("$builddir/cupool-replay" --help)"
 
@@ -76,7 +77,7 @@ echo "test_manpages: $count CUPOOL_* variables in $(basename "$table"), $missing
 # pages hold the install paths configure was given, and a long prefix (make
 # distcheck's) leaves a line of the synopsis no room, whatever the page says.
 if command -v groff >/dev/null 2>&1; then
-    for page in cupool.1 cupool-report.1 cupool-replay.1 cupool.7; do
+    for page in cupool.1 cupool-top.1 cupool-report.1 cupool-replay.1 cupool.7; do
         out=$(LC_ALL=C.UTF-8 groff -man -Tutf8 -ww -Wbreak -z "$mandir/$page" 2>&1)
         [ -z "$out" ] || fail "groff warns on $page: $out"
     done
@@ -85,7 +86,7 @@ else
     echo "test_manpages: groff not installed, rendering not checked"
 fi
 if command -v mandoc >/dev/null 2>&1; then
-    for page in cupool.1 cupool-report.1 cupool-replay.1 cupool.7; do
+    for page in cupool.1 cupool-top.1 cupool-report.1 cupool-replay.1 cupool.7; do
         out=$(mandoc -T lint -W warning "$mandir/$page" 2>&1)
         [ -z "$out" ] || fail "mandoc -T lint on $page: $out"
     done
