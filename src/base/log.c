@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,24 +289,10 @@ static void *writer_main(void *arg)
 }
 
 /* Started with the first buffer (and in a fork()ed child at its first hand
- * over), with every signal blocked: the program's signals stay with the
- * program's threads. */
+ * over). */
 static void start_writer_locked(void)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_t thread;
-    int ok = pthread_attr_init(&attr) == 0;
-    /* The default stack size: a program's static TLS lives on every
-     * thread's stack, and a small fixed one may not hold it. */
-    ok = ok && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-         pthread_create(&thread, &attr, writer_main, NULL) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (ok) pthread_setname_np(thread, "cupool-log");
-    writer_state = ok ? WRITER_RUNNING : WRITER_FAILED;
+    writer_state = cupool_thread_start(writer_main, "cupool-log") == 0 ? WRITER_RUNNING : WRITER_FAILED;
 }
 
 /* Writes, here and in order, everything queued, then own and then line

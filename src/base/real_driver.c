@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,24 @@ const char *cupool_result_name(CUresult result)
 }
 
 /* ---- the spin lock's contended case (base.h) --------------------------- */
+
+int cupool_thread_start(void *(*main_fn)(void *), const char *name)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_t thread;
+    int ok = pthread_attr_init(&attr) == 0;
+    /* The default stack size: a program's static TLS lives on every
+     * thread's stack, and a small fixed one may not hold it. */
+    ok = ok && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+         pthread_create(&thread, &attr, main_fn, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (ok) pthread_setname_np(thread, name);
+    return ok ? 0 : -1;
+}
 
 void cupool_spin_wait(cupool_spinlock_t *lock)
 {

@@ -42,6 +42,11 @@ static inline void cupool_wait_turn(unsigned tries, unsigned spins)
  * every caller then stays a few instructions that save no registers. */
 void cupool_spin_wait(cupool_spinlock_t *lock);
 
+/* Starts one of cupool's own threads (the log writer, the live page's
+ * publisher): detached, named, with every signal blocked so that the
+ * program's signals stay with the program's threads; 0 when it runs. */
+int cupool_thread_start(void *(*main_fn)(void *), const char *name);
+
 static inline void cupool_spin_lock(cupool_spinlock_t *lock)
 {
     if (CUPOOL_UNLIKELY(atomic_exchange_explicit(lock, 1, memory_order_acquire))) cupool_spin_wait(lock);

@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -384,23 +383,6 @@ static int create_page(void)
     return 0;
 }
 
-/* With every signal blocked: the program's signals stay with its threads. */
-static int start_thread(void)
-{
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_t thread;
-    int ok = pthread_attr_init(&attr) == 0;
-    ok = ok && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-         pthread_create(&thread, &attr, publisher_main, NULL) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (ok) pthread_setname_np(thread, "cupool-live");
-    pthread_attr_destroy(&attr);
-    return ok ? 0 : -1;
-}
-
 void cupool_live_start(void)
 {
     if (!cupool_option(CUPOOL_OPT_LIVE)) return;
@@ -408,7 +390,7 @@ void cupool_live_start(void)
     if (create_page() != 0) return;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     pthread_mutex_lock(&live_lock);
-    running = start_thread() == 0;
+    running = cupool_thread_start(publisher_main, "cupool-live") == 0;
     pthread_mutex_unlock(&live_lock);
     if (!running) {
         cupool_message(CUPOOL_MSG_WARN, "live statistics off: cannot start a thread");
