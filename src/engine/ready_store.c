@@ -77,7 +77,7 @@ CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
  * cuMemGetInfo counts the store as free memory.
  * The price is memory: a block waits for its own size, where the pool could
  * have served any smaller request from it.  PyTorch on a non-blocking stream
- * (H200, docs/examples/run12-bench.txt): a step 1.08-1.30x -> 1.03-1.17x the
+ * (H200, without the store and with it): a step 1.08-1.30x -> 1.03-1.17x the
  * caching allocator's time (median 1.055), peak memory 1.45x -> 1.57-1.69x.
  * Handing the oldest ready blocks back on a miss kept the peak at 1.51x but
  * cost more time than the store saved (1.16x): a miss is mostly a block of
