@@ -355,6 +355,21 @@ def cupool_info():
     return info
 
 
+def cupy_start(cp, allocator):
+    """Sets CuPy's device allocator ("pool": its MemoryPool, the default;
+    "async": MemoryAsyncPool, the driver's stream-ordered pool; "none":
+    every array straight from cudaMalloc, which is what cupool serves),
+    turns its pinned-memory pool off, and initialises device 0."""
+    if allocator == "async":
+        cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+    elif allocator == "none":
+        cp.cuda.set_allocator(None)
+    cp.cuda.set_pinned_memory_allocator(None)
+    cp.cuda.Device(0).use()
+    cp.zeros(1)
+    cp.cuda.Device(0).synchronize()
+
+
 class DeviceMemory(object):
     """Device memory in use as NVML sees it (the real number, whatever the
     allocator and whatever cupool reports through cuMemGetInfo); falls back to

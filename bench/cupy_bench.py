@@ -46,14 +46,7 @@ def config_free(config):
 def worker(config, workload, iters, passes):
     import cupy as cp
 
-    if config == "async-pool":
-        cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
-    elif config.startswith("nopool"):
-        cp.cuda.set_allocator(None)
-    cp.cuda.set_pinned_memory_allocator(None)
-    cp.cuda.Device(0).use()
-    cp.zeros(1)
-    cp.cuda.Device(0).synchronize()
+    B.cupy_start(cp, "async" if config == "async-pool" else "none" if config.startswith("nopool") else "pool")
     mem = B.DeviceMemory(cp.cuda.runtime.memGetInfo)
 
     import random

@@ -215,14 +215,7 @@ def torch_worker(config, workload, args, mem):
 def cupy_worker(config, args, mem):
     import cupy as cp
 
-    if config == "async":
-        cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
-    elif config.startswith("nocache"):
-        cp.cuda.set_allocator(None)
-    cp.cuda.set_pinned_memory_allocator(None)
-    cp.cuda.Device(0).use()
-    cp.zeros(1)
-    cp.cuda.Device(0).synchronize()
+    B.cupy_start(cp, "async" if config == "async" else "none" if config.startswith("nocache") else "pool")
 
     rng = random.Random(2468)
     sizes = [n for n in (256, 384, 512, 768, 1024, 1536, 2048) if n <= args.max_n] or [args.max_n]
