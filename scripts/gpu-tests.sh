@@ -10,6 +10,9 @@
 #   4. proofs that cupool sees the allocations of a cudart-static and a
 #      cudart-shared program, of PyTorch (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
 #      and of CuPy (no memory pool): their CUPOOL_STATS counts
+#   5. legacy IPC between processes: a CUDA tensor sent to a child through
+#      torch.multiprocessing (tests/gpu/torch_ipc.py) in three free modes, and
+#      NVIDIA's simpleIPC natively and in every free mode (CUDA_SAMPLES)
 # Logs go to OUTPUT_DIR (default gpu-test-results/); a pass/fail table ends it,
 # and the exit status is 0 only when nothing failed.
 #
@@ -19,7 +22,7 @@
 # program; the sanitizer follows the exec (same process, its injection
 # variables inherited).  CUPOOL_STATS=1 in each run proves cupool was there.
 #
-# Environment: CUPOOL_BUILD, UTHASH_DIR, CUDA_HOME, JOBS, SANITIZER_JOBS
+# Environment: CUPOOL_BUILD, UTHASH_DIR, CUDA_HOME, CUDA_SAMPLES, JOBS, SANITIZER_JOBS
 # (parallel sanitizer runs, default 4), TESTS_BUDGET (seconds, default 560),
 # GPU_TESTS_DRIVER (real, or sim for a dry run of this script without a GPU),
 # SANITIZE_ONLY (space-separated names, e.g. "test_stress loop": only the
@@ -207,7 +210,7 @@ done
 
 # ---- compute-sanitizer -----------------------------------------------------------------------------
 say "compute-sanitizer memcheck --track-stream-ordered-races all ($sjobs at a time)"
-TESTS_DEADLINE=$((start + budget - 90)) # keep time for the proofs
+TESTS_DEADLINE=$((start + budget - 180)) # keep time for the proofs and the IPC runs
 export TESTS_DEADLINE
 # Is program NAME among SANITIZE_ONLY's (all when it is empty)?
 selected() {
@@ -305,6 +308,50 @@ for fw in torch cupy; do
         record "proof:$fw FAIL rc=$rc cuMemAlloc_v2=${seen:-none} pooled=${pooled:-none}"
     fi
 done
+
+# ---- legacy IPC between processes: PyTorch, and NVIDIA's simpleIPC -----------------------------------
+say "IPC between processes"
+for mode in auto deferred sync; do
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUPOOL_FREE=$mode timeout -k 5 240 "$launcher" --stats -- \
+        python3 "$src/tests/gpu/torch_ipc.py" >"$out/proofs/torch-ipc.$mode.out" 2>&1
+    rc=$?
+    if grep -q 'No module named' "$out/proofs/torch-ipc.$mode.out"; then
+        record "ipc:torch-multiprocessing.$mode SKIP not installed"
+    elif [ "$rc" -eq 0 ] && grep -q '^torch ipc ok' "$out/proofs/torch-ipc.$mode.out"; then
+        record "ipc:torch-multiprocessing.$mode PASS $(grep -m1 '^child read' "$out/proofs/torch-ipc.$mode.out")"
+    else
+        record "ipc:torch-multiprocessing.$mode FAIL rc=$rc (proofs/torch-ipc.$mode.out)"
+    fi
+done
+# CUDA_SAMPLES: a folder holding simpleIPC.cu and the samples' Common helpers
+# (helper_cuda.h, helper_string.h, helper_multiprocess.h/.cpp) from
+# NVIDIA's cuda-samples; the sample runs natively and under every free mode.
+if [ -n "${CUDA_SAMPLES:-}" ] && [ -f "$CUDA_SAMPLES/simpleIPC.cu" ]; then
+    if nvcc -O2 -I"$CUDA_SAMPLES" -o "$bindir/simpleIPC" "$CUDA_SAMPLES/simpleIPC.cu" \
+        "$CUDA_SAMPLES/helper_multiprocess.cpp" >"$out/proofs/simpleIPC.build" 2>&1; then
+        for mode in native auto ordered deferred sync; do
+            if [ "$mode" = native ]; then
+                (cd "$bindir" && timeout -k 5 120 ./simpleIPC) >"$out/proofs/simpleIPC.$mode.out" 2>&1
+            else
+                (cd "$bindir" && CUPOOL_FREE=$mode timeout -k 5 120 "$launcher" --stats -- ./simpleIPC) \
+                    >"$out/proofs/simpleIPC.$mode.out" 2>&1
+            fi
+            rc=$?
+            pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$out/proofs/simpleIPC.$mode.out" | head -1)
+            # Its child processes print "Process N complete!" after verifying.
+            if [ "$rc" -eq 0 ] && grep -q 'complete!' "$out/proofs/simpleIPC.$mode.out" &&
+                ! grep -q 'mismatch' "$out/proofs/simpleIPC.$mode.out"; then
+                record "ipc:simpleIPC.$mode PASS pooled=${pooled:-none}"
+            else
+                record "ipc:simpleIPC.$mode FAIL rc=$rc (proofs/simpleIPC.$mode.out)"
+            fi
+        done
+    else
+        record "ipc:simpleIPC FAIL does not build (proofs/simpleIPC.build)"
+    fi
+else
+    record "ipc:simpleIPC SKIP CUDA_SAMPLES names no folder with simpleIPC.cu"
+fi
 
 # ---- summary -----------------------------------------------------------------------------------------
 say "summary"

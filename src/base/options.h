@@ -38,7 +38,11 @@
     X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")                  \
     X(LIVE, "CUPOOL_LIVE", BOOL, "1", NULL,                                                                     \
       "publish live statistics for cupool top and cupool stat in CUPOOL_LIVE_DIR/cupool.UID.PID, updated 4 times a second") \
-    X(LIVE_DIR, "CUPOOL_LIVE_DIR", STRING, "/dev/shm", NULL, "directory of the live statistics pages")
+    X(LIVE_DIR, "CUPOOL_LIVE_DIR", STRING, "/dev/shm", NULL, "directory of the live statistics pages")              \
+    X(IPC, "CUPOOL_IPC", BOOL, "1", NULL,                                                                        \
+      "make pools exportable so that cuIpcGetMemHandle works on pooled memory between processes under cupool")   \
+    X(IPC_DIR, "CUPOOL_IPC_DIR", STRING, "/dev/shm", NULL,                                                       \
+      "directory of the socket through which other processes open this one's IPC handles")
 
 enum cupool_option {
 #define CUPOOL_OPTION_ENUM(id, ...) CUPOOL_OPT_##id,

@@ -33,6 +33,9 @@
     X(cuMemFreeAsync,                   "cuMemFreeAsync",                 11020, CUPOOL_LEGACY) \
     X(cuMemFreeAsync_ptsz,              "cuMemFreeAsync",                 11020, CUPOOL_PTDS)   \
     X(cuIpcGetMemHandle,                "cuIpcGetMemHandle",              4010,  CUPOOL_ANY)    \
+    X(cuIpcOpenMemHandle,               "cuIpcOpenMemHandle",             4010,  CUPOOL_ANY)    \
+    X(cuIpcOpenMemHandle_v2,            "cuIpcOpenMemHandle",             11000, CUPOOL_ANY)    \
+    X(cuIpcCloseMemHandle,              "cuIpcCloseMemHandle",            4010,  CUPOOL_ANY)    \
     X(cuStreamCreate,                   "cuStreamCreate",                 2000,  CUPOOL_ANY)    \
     X(cuStreamCreateWithPriority,       "cuStreamCreateWithPriority",     5050,  CUPOOL_ANY)    \
     X(cuStreamDestroy_v2,               "cuStreamDestroy",                4000,  CUPOOL_ANY)    \
@@ -100,6 +103,10 @@
     X(cuMemPoolGetAttribute)       \
     X(cuMemPoolTrimTo)             \
     X(cuMemPoolSetAccess)          \
+    X(cuMemPoolExportToShareableHandle) \
+    X(cuMemPoolImportFromShareableHandle) \
+    X(cuMemPoolExportPointer)      \
+    X(cuMemPoolImportPointer)      \
     X(cuPointerGetAttribute)       \
     X(cuModuleLoadData)            \
     X(cuModuleGetFunction)         \

@@ -235,6 +235,18 @@ cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out,
     return taken;
 }
 
+int cupool_origin_mark_exported(CUdeviceptr ptr)
+{
+    if (!ptr) return -1; /* the shards' sentinels */
+    shard_t *s = shard_of(ptr);
+    shard_lock(s);
+    entry_t *e = live(s, ptr);
+    int found = e && !e->origin.freed;
+    if (found) e->origin.exported = 1;
+    shard_unlock(s);
+    return found ? 0 : -1;
+}
+
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out)
 {
     if (!ptr) return -1; /* the shards' sentinels */

@@ -18,6 +18,7 @@ typedef struct cupool_origin {
     CUmemoryPool pool;
     int mode;  /* CUPOOL_FREE_* the block was allocated under */
     int freed; /* the program freed it; cupool still holds it (deferred, or kept for reuse) */
+    int exported; /* a cuIpcGetMemHandle handle names it (ipc.c): its free asks ipc.c first */
 } cupool_origin_t;
 
 /* Records a block; 0 on success, -1 when cupool's own host memory ran out. */
@@ -44,6 +45,8 @@ enum cupool_origin_action {
 enum cupool_origin_action cupool_origin_take(CUdeviceptr ptr, cupool_origin_t *out,
                                              enum cupool_origin_action (*action)(const cupool_origin_t *, const void *),
                                              const void *arg);
+/* Marks the live, unfreed block starting at ptr as exported; 0 if found. */
+int cupool_origin_mark_exported(CUdeviceptr ptr);
 /* Copies the record of the block starting at ptr without removing it; 0 if found. */
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
 /* Removes every block owned by a context and not freed, calling fn on each. */

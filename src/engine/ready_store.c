@@ -372,6 +372,7 @@ CUresult cupool_restore_block(const cupool_origin_t *o, CUresult r)
     cupool_origin_t gone, back = *o;
     cupool_origin_remove(o->ptr, &gone);
     back.freed = 0;
+    back.exported = 0;
     cupool_origin_insert(&back);
     return r;
 }

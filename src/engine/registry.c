@@ -53,15 +53,29 @@ static void set_threshold(CUmemoryPool pool)
     real_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value);
 }
 
-static CUresult create_pool(int ordinal, CUmemoryPool *pool)
+/* With CUPOOL_IPC a pool is made exportable (a POSIX file descriptor
+ * shares it, ipc.c); where the driver or the system cannot, it is made as
+ * before and its memory cannot be shared. */
+static CUresult create_pool(cupool_device_t *dev, CUmemoryPool *pool)
 {
     CUmemPoolProps props;
     memset(&props, 0, sizeof props);
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    props.location.id = ordinal;
-    return real_cuMemPoolCreate(pool, &props);
+    props.location.id = dev->ordinal;
+    int first = dev->npools == 0;
+    if (first) dev->exportable = cupool_option(CUPOOL_OPT_IPC) != 0 && real_cuMemPoolExportToShareableHandle &&
+                                 real_cuMemPoolExportPointer;
+    props.handleTypes = dev->exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+    CUresult r = real_cuMemPoolCreate(pool, &props);
+    if (r != CUDA_SUCCESS && dev->exportable && first) {
+        cupool_message(CUPOOL_MSG_INFO, "device %d: pools cannot be exportable (%s); IPC handles of pooled memory fail",
+                       dev->ordinal, cupool_result_name(r));
+        dev->exportable = 0;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        r = real_cuMemPoolCreate(pool, &props);
+    }
+    return r;
 }
 
 /* Called with registry_lock held. */
@@ -92,7 +106,7 @@ static cupool_device_t *device_get(int ordinal)
     } else {
         int want = policy == CUPOOL_POLICY_SPLIT ? 2 : 1;
         for (; dev->npools < want && r == CUDA_SUCCESS; dev->npools++) {
-            r = create_pool(ordinal, &dev->pools[dev->npools]);
+            r = create_pool(dev, &dev->pools[dev->npools]);
             if (r != CUDA_SUCCESS) break;
         }
     }
@@ -418,6 +432,7 @@ static void teardown_current(cupool_context_t *c)
     pthread_mutex_unlock(&c->lock);
     if (c->device->pooled) {
         cupool_origin_drain(c, free_on_legacy, c);
+        cupool_ipc_forget_context(c);
         real_cuStreamSynchronize(c->private_stream);
         real_cuStreamDestroy_v2(c->private_stream);
     }

@@ -26,6 +26,7 @@ typedef struct cupool_device {
     int npools;
     int contexts;                            /* live contexts cupool knows */
     int shared;                              /* a 2nd context or peer access: memory escapes a context */
+    int exportable;                          /* its pools share memory with other processes (CUPOOL_IPC, ipc.c) */
     uint64_t peers;                          /* bit j: device j was granted access to these pools */
     atomic_ullong used;                      /* bytes allocated from the pools and not freed */
     atomic_ullong reserved;                  /* pools' reserved bytes when last asked */
@@ -301,5 +302,11 @@ void cupool_capture_uncounted(void);
  * which would invalidate a capture begun under it (capture.c). */
 void cupool_capture_gate_enter(void);
 void cupool_capture_gate_leave(void);
+
+/* A context going away (its teardown, the context current and
+ * synchronized): the blocks it exported are forgotten, and those the
+ * program freed while another process had them open go back to its pools
+ * (ipc.c). */
+void cupool_ipc_forget_context(cupool_context_t *c);
 
 #endif

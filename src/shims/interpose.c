@@ -51,6 +51,7 @@ static void at_exit(void)
     /* The driver may already be gone: only our own memory is touched here.
      * The live page's thread asks the driver: it is stopped first. */
     cupool_live_stop();
+    cupool_ipc_stop();
     if (cupool_option(CUPOOL_OPT_STATS)) cupool_stats_print();
     cupool_log_flush();
 }

@@ -134,7 +134,7 @@ static inline int alloc_fast(CUdeviceptr *dptr, size_t size)
 static CUPOOL_HOT_PATH enum cupool_origin_action fast_free_action(const cupool_origin_t *o, const void *current)
 {
     int mode;
-    if (o->owner != current || !(mode = fast_mode(o->owner))) return CUPOOL_ORIGIN_LEAVE;
+    if (o->owner != current || o->exported || !(mode = fast_mode(o->owner))) return CUPOOL_ORIGIN_LEAVE;
     return mode == CUPOOL_FREE_ORDERED && cupool_ordered_keeps(o->size) ? CUPOOL_ORIGIN_KEEP : CUPOOL_ORIGIN_REMOVE;
 }
 
@@ -243,6 +243,24 @@ CUPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
 
 static __attribute__((noinline)) CUresult free_general(CUdeviceptr dptr);
 
+/* Whether cupool holds a freed block for a while: never one another process
+ * may have open (ipc.c decides what becomes of it). */
+static int free_keeps(const cupool_origin_t *o)
+{
+    return !o->exported && cupool_free_keeps_block(o);
+}
+
+/* A block that a cuIpcGetMemHandle handle names: 1 when another process
+ * still has it open, and ipc.c now holds it; otherwise it is an ordinary
+ * block again.  The context is current. */
+static int held_for_importers(cupool_origin_t *o)
+{
+    if (CUPOOL_LIKELY(!o->exported)) return 0;
+    if (cupool_ipc_owner_frees(o)) return 1;
+    o->exported = 0;
+    return 0;
+}
+
 CUPOOL_EXPORT CUPOOL_HOT_PATH CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult fast;
@@ -256,7 +274,7 @@ static CUresult free_general(CUdeviceptr dptr)
     call.ptr = dptr;
     cupool_origin_t o;
     int kept = 0;
-    int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o, cupool_free_keeps_block, &kept) : -1;
+    int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o, free_keeps, &kept) : -1;
     if (claimed < 0) {
         /* Not ours (or nothing): the driver decides, errors included. */
         call.route = CUPOOL_ROUTE_NATIVE;
@@ -277,7 +295,7 @@ static CUresult free_general(CUdeviceptr dptr)
      * store, whose room under CUPOOL_LIMIT is what the blocks in use leave. */
     cupool_device_used(c->device, -(int64_t)o.size);
     int pushed = cupool_enter_context(c->ctx);
-    CUresult r = cupool_free_block(c, &o, kept);
+    CUresult r = held_for_importers(&o) ? CUDA_SUCCESS : cupool_free_block(c, &o, kept);
     cupool_leave_context(pushed);
     /* A free that failed left the block the program's. */
     if (r == CUDA_SUCCESS) cupool_stats_free(call.device, CUPOOL_ROUTE_POOL, o.size);
@@ -378,7 +396,10 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
     /* The record goes first: once the driver has the block back, another
      * thread may be handed the same address and record it. */
     if (known == 0 && cupool_origin_remove(dptr, &o) != 0) known = -1;
-    CUresult r = real(dptr, stream);
+    int pushed = known == 0 && o.exported ? cupool_enter_context(o.owner->ctx) : 0;
+    int held = known == 0 && held_for_importers(&o);
+    cupool_leave_context(pushed);
+    CUresult r = held ? CUDA_SUCCESS : real(dptr, stream);
     if (known != 0) return r;
     if (r != CUDA_SUCCESS) {
         cupool_origin_insert(&o);
@@ -402,20 +423,4 @@ CUPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync_ptsz);
     return cupool_call_end(&call, free_async(real_cuMemFreeAsync_ptsz, dptr, hStream, &call));
-}
-
-CUPOOL_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-    CUPOOL_SHIM_BEGIN(call, cuIpcGetMemHandle);
-    call.ptr = dptr;
-    CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);
-    cupool_origin_t o;
-    if (r != CUDA_SUCCESS && cupool_active() && cupool_origin_find(dptr, &o) == 0) {
-        call.route = CUPOOL_ROUTE_POOL;
-        cupool_message_once(CUPOOL_MSG_WARN,
-                            "cuIpcGetMemHandle fails on pooled memory (%s); for programs that share device memory "
-                            "across processes run with CUPOOL_POLICY=off",
-                            cupool_result_name(r));
-    }
-    return cupool_call_end(&call, r);
 }

@@ -1,0 +1,740 @@
+/*
+ * Legacy CUDA IPC on pooled memory (CUPOOL_IPC, engine.h).  The driver
+ * refuses cuIpcGetMemHandle on pool memory, so cupool answers it itself for
+ * the blocks of its exportable pools (created with a POSIX file-descriptor
+ * handle type, registry.c):
+ *
+ *   - the exporter's handle names this process's IPC socket (a Unix socket
+ *     in CUPOOL_IPC_DIR, 0600, named by the user, the pid and 8 random
+ *     bytes) and the block (16 random bytes, its tag), so a handle that is
+ *     stale or forged names nothing and fails instead of mapping other
+ *     memory;
+ *   - the importer, under cupool too, connects, checks that the socket
+ *     belongs to its own user (SO_PEERCRED) and asks for the tag; the
+ *     exporter checks the importer's user the same way and answers with the
+ *     pool's file descriptor (SCM_RIGHTS) and the block's export data
+ *     (cuMemPoolExportPointer); the importer imports the pool (once per
+ *     exporter pool), grants its device access and imports the pointer.
+ *
+ * A path socket, not an abstract one: abstract sockets belong to a network
+ * namespace, and containers that share the IPC namespace (and so
+ * /dev/shm) often do not share the network one.
+ *
+ * Each open keeps its connection, and the exporter counts a block open for
+ * as long as the connection lives: cuIpcCloseMemHandle closes it, and so
+ * does the end of an importing process, however it ends.  A block the
+ * program frees while another process has it open stays out of its pool
+ * (parked) until the last of them closes it; then the server thread hands
+ * it back.  Natively that free is undefined; here neither process crashes
+ * and the memory is never handed to another allocation while it is open.
+ *
+ * One lock (ipc_lock) guards everything here.  The server thread takes it
+ * to answer a connection and to hand a parked block back (a driver call in
+ * the block's context); a context's teardown takes it to hand back the
+ * parked blocks of that context before its state goes.
+ */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define IPC_MAGIC "cupoolH1"
+#define IPC_SOCKET_PREFIX "cupool-ipc."
+/* What an open answers for a handle that names nothing it can reach: a
+ * forged one, one whose block is gone, one of a process that has ended. */
+#define IPC_BAD_HANDLE CUDA_ERROR_INVALID_VALUE
+
+/* The 64 bytes of a CUipcMemHandle cupool makes. */
+typedef struct {
+    char magic[8];
+    uint32_t uid, pid;    /* the exporter's user, and its pid as it sees itself (names the socket) */
+    uint8_t server[8];    /* random, per exporting process (names the socket) */
+    uint8_t tag[16];      /* random, per exported block */
+    uint64_t size;        /* the block's, for the importer's log */
+    uint8_t unused[16];
+} ipc_handle_t;
+_Static_assert(sizeof(ipc_handle_t) == sizeof(CUipcMemHandle), "a cupool handle fills a CUipcMemHandle");
+
+typedef struct {
+    char magic[8];
+    uint8_t tag[16];
+} ipc_request_t;
+
+typedef struct {
+    int32_t status; /* CUresult */
+    int32_t device; /* the exporter's ordinal of the pool's device */
+    uint64_t size;
+    uint64_t pool_key; /* names the pool among the exporter's: device * CUPOOL_POOLS_PER_DEVICE + index */
+    CUmemPoolPtrExportData data;
+} ipc_reply_t;
+
+/* ---- the exporter's side ---------------------------------------------------- */
+
+typedef struct {
+    uint8_t tag[16];
+    cupool_origin_t origin;
+    CUmemPoolPtrExportData data;
+    uint64_t pool_key;
+    int opens;  /* live connections of importers */
+    int parked; /* the program freed it; held until opens is 0 */
+} export_t;
+
+typedef struct {
+    int fd;
+    int bound;       /* answered: the connection holds tag open */
+    uint8_t tag[16];
+} conn_t;
+
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t ipc_once = PTHREAD_ONCE_INIT;
+static export_t *exports;
+static int nexports, exports_cap;
+static conn_t *conns;
+static int nconns, conns_cap;
+static int pool_fds[CUPOOL_MAX_DEVICES][CUPOOL_POOLS_PER_DEVICE]; /* exported pool handles, 0 = none yet */
+static int listen_fd = -1, wake_fds[2] = {-1, -1};
+static int serving;            /* the socket and its thread are up */
+static pid_t server_pid;       /* the process that made the socket: only it removes it */
+static uint8_t server_id[8];
+static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+/* ---- the importer's side ---------------------------------------------------- */
+
+typedef struct {
+    CUdeviceptr ptr;
+    uint8_t server[8], tag[16];
+    int refs;
+    int conn; /* held open while the block is: the exporter's count */
+    CUcontext ctx;
+} import_t;
+
+typedef struct {
+    uint8_t server[8];
+    uint64_t pool_key;
+    CUmemoryPool pool;
+    uint64_t access; /* bit d: device d was granted access */
+} imported_pool_t;
+
+static import_t *imports;
+static int nimports, imports_cap;
+static imported_pool_t *ipools;
+static int nipools, ipools_cap;
+
+/* Grows an array of `size`-byte items to hold one more; 0 on success. */
+static int grow(void **items, int count, int *cap, size_t size)
+{
+    if (count < *cap) return 0;
+    int want = *cap ? *cap * 2 : 8;
+    void *p = realloc(*items, (size_t)want * size);
+    if (!p) return -1;
+    *items = p;
+    *cap = want;
+    return 0;
+}
+
+static int same_user(int fd)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid();
+}
+
+static int send_with_fd(int fd, const void *buf, size_t len, int passed)
+{
+    struct iovec iov = {(void *)buf, len};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    if (passed >= 0) {
+        memset(&ctl, 0, sizeof ctl);
+        m.msg_control = ctl.buf;
+        m.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &passed, sizeof passed);
+    }
+    ssize_t n;
+    do n = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)len ? 0 : -1;
+}
+
+/* Receives exactly len bytes and the file descriptor passed with them
+ * (-1 if none); 0 on success. */
+static int recv_with_fd(int fd, void *buf, size_t len, int *passed)
+{
+    struct iovec iov = {buf, len};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl.buf;
+    m.msg_controllen = sizeof ctl.buf;
+    ssize_t n;
+    do n = recvmsg(fd, &m, MSG_WAITALL | MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    *passed = -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+            memcpy(passed, CMSG_DATA(c), sizeof *passed);
+    if (n == (ssize_t)len) return 0;
+    if (*passed >= 0) close(*passed);
+    *passed = -1;
+    return -1;
+}
+
+static int socket_name(char *out, size_t cap, uint32_t uid, uint32_t pid, const uint8_t server[8])
+{
+    const char *dir = cupool_option_string(CUPOOL_OPT_IPC_DIR);
+    if (!dir || !*dir) dir = "/dev/shm";
+    char hex[17];
+    for (int i = 0; i < 8; i++) snprintf(hex + 2 * i, 3, "%02x", server[i]);
+    int n = snprintf(out, cap, "%s/%s%u.%u.%s", dir, IPC_SOCKET_PREFIX, uid, pid, hex);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+static export_t *export_by_tag(const uint8_t tag[16])
+{
+    for (int i = 0; i < nexports; i++)
+        if (memcmp(exports[i].tag, tag, 16) == 0) return &exports[i];
+    return NULL;
+}
+
+static export_t *export_by_ptr(CUdeviceptr ptr)
+{
+    for (int i = 0; i < nexports; i++)
+        if (exports[i].origin.ptr == ptr) return &exports[i];
+    return NULL;
+}
+
+static void export_remove(export_t *e)
+{
+    *e = exports[--nexports];
+}
+
+/* Hands a parked block back to its pool, in its context; ipc_lock held.
+ * The program freed it, and its own work on it was complete then
+ * (cupool_ipc_owner_frees synchronized): the legacy stream will do. */
+static void release_parked(export_t *e)
+{
+    cupool_context_t *c = e->origin.owner;
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    int pushed = cupool_enter_context(c->ctx);
+    CUresult r = real_cuMemFreeAsync(e->origin.ptr, CU_STREAM_LEGACY);
+    cupool_leave_context(pushed);
+    cupool_relaxed_end(previous);
+    if (r != CUDA_SUCCESS)
+        cupool_message(CUPOOL_MSG_WARN, "cannot hand back a block another process had open (%s)", cupool_result_name(r));
+    export_remove(e);
+}
+
+static void conn_close(int i)
+{
+    conn_t *k = &conns[i];
+    close(k->fd);
+    if (k->bound) {
+        export_t *e = export_by_tag(k->tag);
+        if (e && --e->opens == 0 && e->parked) release_parked(e);
+    }
+    conns[i] = conns[--nconns];
+}
+
+/* Answers a new connection's request; 0 when it stays open. ipc_lock held. */
+static int answer(conn_t *k)
+{
+    ipc_request_t req;
+    ssize_t n = recv(k->fd, &req, sizeof req, MSG_DONTWAIT);
+    if (n != (ssize_t)sizeof req || memcmp(req.magic, IPC_MAGIC, 8) != 0) return -1;
+    ipc_reply_t reply;
+    memset(&reply, 0, sizeof reply);
+    export_t *e = export_by_tag(req.tag);
+    if (!e || e->parked) {
+        reply.status = IPC_BAD_HANDLE;
+        send_with_fd(k->fd, &reply, sizeof reply, -1);
+        return -1;
+    }
+    reply.status = CUDA_SUCCESS;
+    reply.device = e->origin.owner->device->ordinal;
+    reply.size = e->origin.size;
+    reply.pool_key = e->pool_key;
+    reply.data = e->data;
+    int fd = pool_fds[e->pool_key / CUPOOL_POOLS_PER_DEVICE][e->pool_key % CUPOOL_POOLS_PER_DEVICE];
+    if (send_with_fd(k->fd, &reply, sizeof reply, fd) != 0) return -1;
+    e->opens++;
+    k->bound = 1;
+    memcpy(k->tag, req.tag, 16);
+    return 0;
+}
+
+static void *serve(void *unused)
+{
+    (void)unused;
+    struct pollfd *fds = NULL;
+    int cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&ipc_lock);
+        if (!serving) break;
+        if (nconns + 2 > cap) {
+            struct pollfd *p = realloc(fds, (size_t)(nconns + 16) * sizeof *p);
+            if (p) {
+                fds = p;
+                cap = nconns + 16;
+            }
+        }
+        int n = nconns + 2 <= cap ? nconns + 2 : (cap >= 2 ? cap : 0);
+        if (n == 0) break;
+        fds[0] = (struct pollfd){.fd = wake_fds[0], .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (int i = 2; i < n; i++) fds[i] = (struct pollfd){.fd = conns[i - 2].fd, .events = POLLIN};
+        pthread_mutex_unlock(&ipc_lock);
+
+        if (poll(fds, (nfds_t)n, -1) < 0 && errno != EINTR) break;
+
+        pthread_mutex_lock(&ipc_lock);
+        if (!serving) break;
+        if (fds[0].revents) {
+            char drain[16];
+            while (read(wake_fds[0], drain, sizeof drain) > 0) {
+            }
+        }
+        /* Connections first, newest last: conn_close() moves the last one
+         * into the slot it frees, so walk from the end. */
+        for (int i = n - 1; i >= 2; i--) {
+            if (!fds[i].revents) continue;
+            int at = -1;
+            for (int j = 0; j < nconns; j++)
+                if (conns[j].fd == fds[i].fd) at = j;
+            if (at < 0) continue;
+            if (!conns[at].bound) {
+                if (answer(&conns[at]) != 0) conn_close(at);
+            } else {
+                /* An importer never writes after its request: anything is
+                 * its close, or its end. */
+                conn_close(at);
+            }
+        }
+        if (fds[1].revents & POLLIN) {
+            int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0 && (!same_user(fd) || grow((void **)&conns, nconns, &conns_cap, sizeof *conns) != 0)) {
+                close(fd);
+                fd = -1;
+            }
+            if (fd >= 0) conns[nconns++] = (conn_t){.fd = fd};
+        }
+        pthread_mutex_unlock(&ipc_lock);
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    free(fds);
+    return NULL;
+}
+
+/* A child made by fork() has none of its parent's exports or imports, nor
+ * its server thread: it closes its copies and never removes the parent's
+ * socket.  (A child that execs starts afresh: every descriptor here is
+ * close-on-exec.) */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&ipc_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&ipc_lock);
+}
+
+static void fork_child(void)
+{
+    for (int i = 0; i < nconns; i++) close(conns[i].fd);
+    for (int i = 0; i < nimports; i++) close(imports[i].conn);
+    for (int d = 0; d < CUPOOL_MAX_DEVICES; d++)
+        for (int p = 0; p < CUPOOL_POOLS_PER_DEVICE; p++)
+            if (pool_fds[d][p] > 0) close(pool_fds[d][p]);
+    memset(pool_fds, 0, sizeof pool_fds);
+    if (listen_fd >= 0) close(listen_fd);
+    for (int i = 0; i < 2; i++)
+        if (wake_fds[i] >= 0) close(wake_fds[i]);
+    listen_fd = wake_fds[0] = wake_fds[1] = -1;
+    nconns = nexports = nimports = nipools = 0;
+    serving = 0;
+    server_pid = 0;
+    socket_path[0] = 0;
+    pthread_mutex_init(&ipc_lock, NULL);
+}
+
+static void ipc_init(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* Removes sockets of this user in the directory that nobody listens on any
+ * more (their process ended without removing them); a socket that answers
+ * stays, whoever's namespace it lives in. */
+static void remove_stale_sockets(void)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s%u.", IPC_SOCKET_PREFIX, (unsigned)geteuid());
+    const char *dir = cupool_option_string(CUPOOL_OPT_IPC_DIR);
+    if (!dir || !*dir) dir = "/dev/shm";
+    char path[sizeof socket_path];
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return;
+    }
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        if (strncmp(ent->d_name, prefix, strlen(prefix)) != 0) continue;
+        int n = snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        if (n <= 0 || (size_t)n >= sizeof path) continue;
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) continue;
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0) break;
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        memcpy(a.sun_path, path, (size_t)n + 1);
+        if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED) unlink(path);
+        close(s);
+    }
+    closedir(d);
+}
+
+/* Makes the socket and starts its thread; ipc_lock held.  0 on success. */
+static int serve_start(void)
+{
+    if (serving) return 0;
+    if (getrandom(server_id, sizeof server_id, 0) != (ssize_t)sizeof server_id) return -1;
+    if (socket_name(socket_path, sizeof socket_path, (uint32_t)geteuid(), (uint32_t)getpid(), server_id) != 0) {
+        cupool_message(CUPOOL_MSG_WARN, "CUPOOL_IPC_DIR is too long for a socket path");
+        return -1;
+    }
+    remove_stale_sockets();
+    listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0) return -1;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, socket_path, strlen(socket_path) + 1);
+    /* Created 0600: nobody else may even connect. */
+    mode_t old = umask(077);
+    int bound = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (bound != 0 || listen(listen_fd, 64) != 0 || pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        cupool_message(CUPOOL_MSG_WARN, "cannot make the IPC socket %s (%s)", socket_path, strerror(errno));
+        if (bound == 0) unlink(socket_path);
+        close(listen_fd);
+        listen_fd = -1;
+        socket_path[0] = 0;
+        return -1;
+    }
+    server_pid = getpid();
+    serving = 1;
+    if (cupool_thread_start(serve, "cupool-ipc") != 0) {
+        serving = 0;
+        unlink(socket_path);
+        close(listen_fd);
+        close(wake_fds[0]);
+        close(wake_fds[1]);
+        listen_fd = wake_fds[0] = wake_fds[1] = -1;
+        cupool_message(CUPOOL_MSG_WARN, "cannot start the IPC thread");
+        return -1;
+    }
+    return 0;
+}
+
+static void wake_server(void)
+{
+    if (wake_fds[1] >= 0) {
+        ssize_t w = write(wake_fds[1], "x", 1);
+        (void)w;
+    }
+}
+
+/* ---- exporting --------------------------------------------------------------- */
+
+CUresult cupool_ipc_export(CUipcMemHandle *handle, const cupool_origin_t *o)
+{
+    cupool_device_t *dev = o->owner->device;
+    int index = -1;
+    for (int i = 0; i < dev->npools; i++)
+        if (dev->pools[i] == o->pool) index = i;
+    if (index < 0 || !dev->exportable) return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&ipc_once, ipc_init);
+    pthread_mutex_lock(&ipc_lock);
+    CUresult r = CUDA_ERROR_OPERATING_SYSTEM;
+    if (serve_start() != 0) goto out;
+    export_t *e = export_by_ptr(o->ptr);
+    if (!e) {
+        int *fd = &pool_fds[dev->ordinal][index];
+        if (*fd <= 0) {
+            int got = -1;
+            r = real_cuMemPoolExportToShareableHandle(&got, o->pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            if (r != CUDA_SUCCESS) goto out;
+            /* Kept away from 0, which means "none yet", and from the exec'd. */
+            if (got == 0) {
+                int moved = fcntl(got, F_DUPFD_CLOEXEC, 1);
+                close(got);
+                got = moved;
+            } else {
+                fcntl(got, F_SETFD, FD_CLOEXEC);
+            }
+            if (got < 0) goto out;
+            *fd = got;
+        }
+        CUmemPoolPtrExportData data;
+        r = real_cuMemPoolExportPointer(&data, o->ptr);
+        if (r != CUDA_SUCCESS) goto out;
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (grow((void **)&exports, nexports, &exports_cap, sizeof *exports) != 0) goto out;
+        e = &exports[nexports];
+        memset(e, 0, sizeof *e);
+        r = CUDA_ERROR_OPERATING_SYSTEM;
+        if (getrandom(e->tag, sizeof e->tag, 0) != (ssize_t)sizeof e->tag) goto out;
+        e->origin = *o;
+        e->data = data;
+        e->pool_key = (uint64_t)dev->ordinal * CUPOOL_POOLS_PER_DEVICE + (uint64_t)index;
+        nexports++;
+        if (cupool_origin_mark_exported(o->ptr) != 0) {
+            /* Freed meanwhile by another thread: no handle for it. */
+            nexports--;
+            r = CUDA_ERROR_INVALID_VALUE;
+            goto out;
+        }
+    }
+    ipc_handle_t h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, IPC_MAGIC, 8);
+    h.uid = (uint32_t)geteuid();
+    h.pid = (uint32_t)server_pid;
+    memcpy(h.server, server_id, sizeof h.server);
+    memcpy(h.tag, e->tag, sizeof h.tag);
+    h.size = e->origin.size;
+    memcpy(handle, &h, sizeof h);
+    r = CUDA_SUCCESS;
+out:
+    pthread_mutex_unlock(&ipc_lock);
+    return r;
+}
+
+int cupool_ipc_owner_frees(const cupool_origin_t *o)
+{
+    /* The program's own work on the block ends before anything is decided:
+     * natively cuMemFree waits for it too, and a parked block goes back to
+     * its pool from the server thread with no stream to order it after. */
+    real_cuCtxSynchronize();
+    pthread_mutex_lock(&ipc_lock);
+    export_t *e = export_by_ptr(o->ptr);
+    int parked = 0;
+    if (e && e->opens > 0) {
+        e->parked = parked = 1;
+        e->origin = *o;
+    } else if (e) {
+        export_remove(e);
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return parked;
+}
+
+void cupool_ipc_forget_context(cupool_context_t *c)
+{
+    if (!nexports) return;
+    pthread_mutex_lock(&ipc_lock);
+    for (int i = nexports - 1; i >= 0; i--) {
+        export_t *e = &exports[i];
+        if (e->origin.owner != c) continue;
+        /* The context is current (its teardown) and synchronized. */
+        if (e->parked) real_cuMemFreeAsync(e->origin.ptr, CU_STREAM_LEGACY);
+        export_remove(e);
+    }
+    pthread_mutex_unlock(&ipc_lock);
+}
+
+void cupool_ipc_stop(void)
+{
+    pthread_mutex_lock(&ipc_lock);
+    if (serving && server_pid == getpid()) {
+        unlink(socket_path);
+        serving = 0;
+        wake_server();
+    }
+    pthread_mutex_unlock(&ipc_lock);
+}
+
+/* ---- importing --------------------------------------------------------------- */
+
+int cupool_ipc_is_ours(const CUipcMemHandle *handle)
+{
+    return memcmp(handle->reserved, IPC_MAGIC, 8) == 0;
+}
+
+static import_t *import_by_ptr(CUdeviceptr ptr)
+{
+    for (int i = 0; i < nimports; i++)
+        if (imports[i].ptr == ptr) return &imports[i];
+    return NULL;
+}
+
+/* Connects to the exporter's socket and asks for the block; on success the
+ * connection stays open (*conn), and *reply and *pool_fd hold the answer. */
+static CUresult ask_exporter(const ipc_handle_t *h, int *conn, ipc_reply_t *reply, int *pool_fd)
+{
+    char path[sizeof socket_path];
+    if (socket_name(path, sizeof path, h->uid, h->pid, h->server) != 0) return IPC_BAD_HANDLE;
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    ipc_request_t req;
+    memcpy(req.magic, IPC_MAGIC, 8);
+    memcpy(req.tag, h->tag, sizeof req.tag);
+    CUresult r = IPC_BAD_HANDLE;
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 || !same_user(s) ||
+        send_with_fd(s, &req, sizeof req, -1) != 0 || recv_with_fd(s, reply, sizeof *reply, pool_fd) != 0)
+        goto fail;
+    if (reply->status != CUDA_SUCCESS || *pool_fd < 0) {
+        r = reply->status != CUDA_SUCCESS ? (CUresult)reply->status : IPC_BAD_HANDLE;
+        goto fail;
+    }
+    *conn = s;
+    return CUDA_SUCCESS;
+fail:
+    if (*pool_fd >= 0) close(*pool_fd);
+    *pool_fd = -1;
+    close(s);
+    return r;
+}
+
+/* The imported pool of the exporter's pool, imported on first use and
+ * granted access for device `ordinal`; ipc_lock held. */
+static CUresult imported_pool(const ipc_handle_t *h, const ipc_reply_t *reply, int pool_fd, int ordinal,
+                              CUmemoryPool *out)
+{
+    imported_pool_t *p = NULL;
+    for (int i = 0; i < nipools && !p; i++)
+        if (memcmp(ipools[i].server, h->server, 8) == 0 && ipools[i].pool_key == reply->pool_key) p = &ipools[i];
+    if (!p) {
+        if (grow((void **)&ipools, nipools, &ipools_cap, sizeof *ipools) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+        CUmemoryPool pool;
+        CUresult r = real_cuMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)pool_fd,
+                                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (r != CUDA_SUCCESS) return r;
+        p = &ipools[nipools++];
+        memset(p, 0, sizeof *p);
+        memcpy(p->server, h->server, 8);
+        p->pool_key = reply->pool_key;
+        p->pool = pool;
+    }
+    if (ordinal >= 0 && ordinal < 64 && !(p->access & (1ull << ordinal))) {
+        CUmemAccessDesc d;
+        memset(&d, 0, sizeof d);
+        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        d.location.id = ordinal;
+        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        CUresult r = real_cuMemPoolSetAccess(p->pool, &d, 1);
+        if (r != CUDA_SUCCESS) return r;
+        p->access |= 1ull << ordinal;
+    }
+    *out = p->pool;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsigned int flags)
+{
+    ipc_handle_t h;
+    memcpy(&h, handle, sizeof h);
+    if (!dptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext ctx = NULL;
+    CUdevice device = -1;
+    if (real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (real_cuCtxGetDevice(&device) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+    if (h.uid != (uint32_t)geteuid()) return IPC_BAD_HANDLE;
+    pthread_once(&ipc_once, ipc_init);
+    pthread_mutex_lock(&ipc_lock);
+    CUresult r;
+    /* The driver refuses a process's own handles. */
+    if (serving && memcmp(h.server, server_id, 8) == 0) {
+        r = CUDA_ERROR_INVALID_CONTEXT;
+        goto out;
+    }
+    for (int i = 0; i < nimports; i++) {
+        import_t *im = &imports[i];
+        if (memcmp(im->server, h.server, 8) == 0 && memcmp(im->tag, h.tag, 16) == 0 && im->ctx == ctx) {
+            im->refs++;
+            *dptr = im->ptr;
+            r = CUDA_SUCCESS;
+            goto out;
+        }
+    }
+    r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (grow((void **)&imports, nimports, &imports_cap, sizeof *imports) != 0) goto out;
+    int conn = -1, pool_fd = -1;
+    ipc_reply_t reply;
+    if ((r = ask_exporter(&h, &conn, &reply, &pool_fd)) != CUDA_SUCCESS) goto out;
+    CUmemoryPool pool;
+    r = imported_pool(&h, &reply, pool_fd, (int)device, &pool);
+    close(pool_fd);
+    CUdeviceptr ptr = 0;
+    if (r == CUDA_SUCCESS) r = real_cuMemPoolImportPointer(&ptr, pool, &reply.data);
+    if (r != CUDA_SUCCESS) {
+        close(conn);
+        goto out;
+    }
+    import_t *im = &imports[nimports++];
+    memset(im, 0, sizeof *im);
+    im->ptr = ptr;
+    memcpy(im->server, h.server, 8);
+    memcpy(im->tag, h.tag, 16);
+    im->refs = 1;
+    im->conn = conn;
+    im->ctx = ctx;
+    *dptr = ptr;
+out:
+    pthread_mutex_unlock(&ipc_lock);
+    return r;
+}
+
+int cupool_ipc_close(CUdeviceptr ptr, CUresult *result)
+{
+    if (!nimports) return 0;
+    pthread_mutex_lock(&ipc_lock);
+    import_t *im = import_by_ptr(ptr);
+    if (!im) {
+        pthread_mutex_unlock(&ipc_lock);
+        return 0;
+    }
+    *result = CUDA_SUCCESS;
+    if (--im->refs == 0) {
+        /* Unmapped once this process's work on it is done; then the
+         * exporter learns it is closed and may hand it to another. */
+        int pushed = cupool_enter_context(im->ctx);
+        real_cuCtxSynchronize();
+        *result = real_cuMemFreeAsync(ptr, CU_STREAM_LEGACY);
+        real_cuStreamSynchronize(CU_STREAM_LEGACY);
+        cupool_leave_context(pushed);
+        close(im->conn);
+        *im = imports[--nimports];
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return 1;
+}
