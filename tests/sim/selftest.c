@@ -564,6 +564,7 @@ static void test_capture(void)
     TRUE(n == 1);
     OK(cuGraphInstantiate(&x, g, 0));
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, p, 64));
     TRUE(host[0] == 5 && host[63] == 6);
     OK(cuGraphExecDestroy(x));
@@ -709,6 +710,7 @@ static void test_graphs(CUfunction fill)
     mp.value = 8; /* after instantiation: only the graph changes */
     OK(cuGraphMemsetNodeSetParams(ms, &mp));
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, plain, sizeof host));
     TRUE(host[0] == 9 && host[1] == 9 && host[2] == 7 && host[4] == 9 && host[63] == 7);
     CUDA_MEMSET_NODE_PARAMS back;
@@ -716,6 +718,7 @@ static void test_graphs(CUfunction fill)
     TRUE(back.value == 8);
     OK(cuGraphExecMemsetNodeSetParams(x, ms, &mp, NULL));
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, plain, sizeof host));
     TRUE(host[63] == 8);
 
@@ -727,6 +730,7 @@ static void test_graphs(CUfunction fill)
     OK(cuGraphExecUpdate(x, clone, &info));
     TRUE(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, plain, sizeof host));
     TRUE(host[63] == 3);
     OK(cuGraphAddEmptyNode(&empty, clone, NULL, 0));
