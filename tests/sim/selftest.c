@@ -9,11 +9,16 @@
  *
  * It walks through initialisation, contexts, memory, pools, events, capture,
  * modules, graphs and cuGetProcAddress, checking the result codes and the
- * memory contents the simulator is meant to produce.
+ * memory contents the simulator is meant to produce.  Memory sharing between
+ * processes is checked with a second process (this program run again with
+ * --ipc-child) that imports an exportable pool received over a Unix socket
+ * and opens legacy IPC handles.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <cuda.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 
@@ -21,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -196,6 +204,287 @@ static void test_pools(void)
     OK(cuStreamDestroy(s));
 }
 
+/* ---- memory shared between processes ------------------------------------------------- */
+
+/* What the parent hands the child along with the pool's descriptor. */
+typedef struct {
+    CUmemPoolPtrExportData first, second; /* two blocks of the exportable pool */
+    CUipcMemHandle interior, stale;       /* of a pointer inside a cuMemAlloc allocation; of a freed one */
+    size_t first_size, second_size, plain_size;
+} ipc_offer;
+
+static bool send_with_fd(int sock, const void *data, size_t len, int fd)
+{
+    union {
+        struct cmsghdr h;
+        char room[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = { (void *)data, len };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    if (fd >= 0) {
+        memset(&control, 0, sizeof control);
+        msg.msg_control = control.room;
+        msg.msg_controllen = sizeof control.room;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    return sendmsg(sock, &msg, 0) == (ssize_t)len;
+}
+
+/* Returns the descriptor that came with the message (-1: none). */
+static int recv_with_fd(int sock, void *data, size_t len)
+{
+    union {
+        struct cmsghdr h;
+        char room[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = { data, len };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.room,
+                          .msg_controllen = sizeof control.room };
+    int fd = -1;
+    if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != (ssize_t)len) return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+static bool all_bytes(CUdeviceptr p, size_t n, unsigned char want)
+{
+    unsigned char buf[8192];
+    if (n > sizeof buf || cuMemcpyDtoH(buf, p, n) != CUDA_SUCCESS) return false;
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != want) return false;
+    return true;
+}
+
+static CUmemAccess_flags pool_access(CUmemoryPool pool, int device)
+{
+    CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_MAX;
+    CUmemLocation loc = { CU_MEM_LOCATION_TYPE_DEVICE, device };
+    OK(cuMemPoolGetAccess(&flags, pool, &loc));
+    return flags;
+}
+
+static void set_pool_access(CUmemoryPool pool, int device, CUmemAccess_flags flags)
+{
+    CUmemAccessDesc desc = { { CU_MEM_LOCATION_TYPE_DEVICE, device }, flags };
+    OK(cuMemPoolSetAccess(pool, &desc, 1));
+}
+
+/* The second process: imports what the parent offers, checks it reads what
+ * the parent wrote, writes what the parent then checks. */
+static int ipc_child(int sock)
+{
+    CUcontext primary;
+    CUmemoryPool imported, dflt;
+    CUdeviceptr p, again, first, q, q2, x;
+    CUstream s;
+    ipc_offer offer;
+    OK(cuInit(0));
+    OK(cuDevicePrimaryCtxRetain(&primary, 0));
+    OK(cuCtxSetCurrent(primary));
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    int fd = recv_with_fd(sock, &offer, sizeof offer);
+    TRUE(fd >= 0);
+    void *handle = (void *)(uintptr_t)fd;
+    const CUmemAllocationHandleType posix = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    EXPECT(cuMemPoolImportFromShareableHandle(&imported, (void *)(uintptr_t)devnull, posix, 0),
+           CUDA_ERROR_INVALID_VALUE);
+    close(devnull);
+    EXPECT(cuMemPoolImportFromShareableHandle(NULL, handle, posix, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolImportFromShareableHandle(&imported, handle, CU_MEM_HANDLE_TYPE_WIN32, 0),
+           CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolImportFromShareableHandle(&imported, handle, posix, 0));
+    close(fd); /* the driver keeps its own duplicate */
+    EXPECT(cuMemAllocFromPoolAsync(&x, 16, imported, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuDeviceSetMemPool(0, imported), CUDA_ERROR_INVALID_VALUE);
+    TRUE(pool_attr(imported, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == 0);
+    TRUE(pool_access(imported, 0) == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    TRUE(pool_access(imported, 1) == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    CUmemPoolPtrExportData forged = offer.second;
+    forged.reserved[0] ^= 1;
+    EXPECT(cuMemPoolImportPointer(&x, imported, &forged), CUDA_ERROR_INVALID_VALUE);
+    forged = offer.second;
+    forged.reserved[8] ^= 1; /* another pool's */
+    EXPECT(cuMemPoolImportPointer(&x, imported, &forged), CUDA_ERROR_INVALID_VALUE);
+    OK(cuDeviceGetDefaultMemPool(&dflt, 0));
+    EXPECT(cuMemPoolImportPointer(&x, dflt, &offer.second), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolImportPointer(NULL, imported, &offer.second), CUDA_ERROR_INVALID_VALUE);
+
+    OK(cuMemPoolImportPointer(&p, imported, &offer.second));
+    unsigned char byte;
+    EXPECT(cuMemcpyDtoH(&byte, p, 1), CUDA_ERROR_INVALID_VALUE); /* no access granted yet */
+    set_pool_access(imported, 0, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    TRUE(all_bytes(p, offer.second_size, 0x5a));
+    EXPECT(cuMemsetD8(p, 0, 1), CUDA_ERROR_INVALID_VALUE);
+    set_pool_access(imported, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    TRUE(pool_access(imported, 0) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    OK(cuMemPoolImportPointer(&again, imported, &offer.second));
+    TRUE(again == p);
+    OK(cuMemPoolImportPointer(&first, imported, &offer.first));
+    TRUE(first != p && all_bytes(first, offer.first_size, 0x11));
+
+    CUmemoryPool owner = NULL;
+    CUdeviceptr start = 0;
+    size_t range = 0;
+    int ordinal = -1, legacy = 1;
+    OK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p + 10));
+    OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 10));
+    OK(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p + 10));
+    OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
+    OK(cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p));
+    TRUE(owner == imported && start == p && range == offer.second_size && ordinal == 0 && (legacy & 0xff) == 0);
+    CUipcMemHandle h;
+    EXPECT(cuIpcGetMemHandle(&h, p), CUDA_ERROR_INVALID_VALUE);
+
+    OK(cuMemsetD8(p, 0xc3, offer.second_size));
+    OK(cuMemFreeAsync(p, s)); /* one of its two imports */
+    OK(cuStreamSynchronize(s));
+    TRUE(all_bytes(p, 1, 0xc3));
+    OK(cuMemFree(p));
+    EXPECT(cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemGetAddressRange(&start, &range, p), CUDA_ERROR_NOT_FOUND);
+    OK(cuMemPoolDestroy(imported)); /* lingers while `first` is imported */
+    TRUE(all_bytes(first, 1, 0x11));
+    OK(cuMemFreeAsync(first, s));
+    OK(cuStreamSynchronize(s));
+
+    /* legacy IPC */
+    EXPECT(cuIpcOpenMemHandle(&x, offer.interior, 4), CUDA_ERROR_INVALID_VALUE);
+    OK(cuIpcOpenMemHandle(&q, offer.interior, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    OK(cuIpcOpenMemHandle(&q2, offer.interior, 0));
+    TRUE(q == q2);
+    OK(cuMemGetAddressRange(&start, &range, q + 5));
+    TRUE(start == q && range == offer.plain_size);
+    unsigned type = 0;
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, q));
+    TRUE(type == CU_MEMORYTYPE_DEVICE);
+    TRUE(all_bytes(q, offer.plain_size, 0x33));
+    OK(cuMemsetD8(q, 0x77, offer.plain_size));
+    EXPECT(cuMemFree(q), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuIpcCloseMemHandle(q + 1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuIpcCloseMemHandle(q));
+    TRUE(all_bytes(q, 1, 0x77)); /* still open once */
+    OK(cuIpcCloseMemHandle(q));
+    EXPECT(cuIpcCloseMemHandle(q), CUDA_ERROR_INVALID_VALUE);
+    h = offer.interior;
+    h.reserved[0] ^= 1;
+    EXPECT(cuIpcOpenMemHandle(&x, h, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuIpcOpenMemHandle(&x, offer.stale, 0), CUDA_ERROR_INVALID_VALUE);
+
+    CUdeviceptr kept;
+    OK(cuMemAlloc(&kept, 4096)); /* left for the exit handler to remove */
+    OK(cuStreamDestroy(s));
+    int result = failures;
+    TRUE(send(sock, &result, sizeof result, 0) == (ssize_t)sizeof result);
+    return failures != 0;
+}
+
+/* Files the simulator keeps in /dev/shm for a process's cuMemAlloc memory. */
+static int shm_files_of(pid_t pid)
+{
+    char prefix[64];
+    int n = 0, len = snprintf(prefix, sizeof prefix, "simcuda.%u.%d.", (unsigned)getuid(), (int)pid);
+    DIR *dir = opendir("/dev/shm");
+    if (!dir) return 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;) n += strncmp(e->d_name, prefix, (size_t)len) == 0;
+    closedir(dir);
+    return n;
+}
+
+static void test_ipc(void)
+{
+    const CUmemAllocationHandleType posix = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemoryPool pool, dflt;
+    CUstream s;
+    CUdeviceptr b1, b2, d, m, gone, x;
+    CUmemPoolPtrExportData data;
+    CUipcMemHandle h;
+    ipc_offer offer = { .first_size = 1000, .second_size = 5000, .plain_size = 8192 };
+    int fd = -1;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuDeviceGetDefaultMemPool(&dflt, 0));
+    CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .handleTypes = posix,
+                             .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+    OK(cuMemPoolCreate(&pool, &props));
+    OK(cuMemAllocFromPoolAsync(&b1, offer.first_size, pool, s));
+    OK(cuMemAllocFromPoolAsync(&b2, offer.second_size, pool, s));
+    OK(cuMemAllocAsync(&d, 256, s));
+    OK(cuMemsetD8Async(b1, 0x11, offer.first_size, s));
+    OK(cuMemsetD8Async(b2, 0x5a, offer.second_size, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemAlloc(&m, offer.plain_size));
+    OK(cuMemsetD8(m, 0x33, offer.plain_size));
+
+    EXPECT(cuMemPoolExportToShareableHandle(NULL, pool, posix, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_WIN32, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportToShareableHandle(&fd, pool, posix, 1), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportToShareableHandle(&fd, dflt, posix, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportToShareableHandle(&fd, (CUmemoryPool)&fd, posix, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportPointer(NULL, b2), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportPointer(&data, b2 + 256), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportPointer(&data, d), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPoolExportPointer(&data, m), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuIpcGetMemHandle(&h, b1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolExportPointer(&offer.first, b1));
+    OK(cuMemPoolExportPointer(&offer.second, b2));
+    EXPECT(cuMemPoolImportPointer(&x, pool, &offer.first), CUDA_ERROR_INVALID_VALUE); /* not an imported pool */
+    EXPECT(cuMemPoolImportFromShareableHandle(&dflt, (void *)(uintptr_t)2, posix, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPoolExportToShareableHandle(&fd, pool, posix, 0));
+    TRUE(fd > 2);
+
+    EXPECT(cuIpcGetMemHandle(NULL, m), CUDA_ERROR_INVALID_VALUE);
+    OK(cuIpcGetMemHandle(&offer.interior, m + 100));
+    OK(cuIpcGetMemHandle(&h, m));
+    TRUE(memcmp(&h, &offer.interior, sizeof h) == 0);
+    EXPECT(cuIpcOpenMemHandle(&x, h, 0), CUDA_ERROR_INVALID_CONTEXT); /* its own process's */
+    EXPECT(cuIpcCloseMemHandle(m), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAlloc(&gone, 4096));
+    OK(cuIpcGetMemHandle(&offer.stale, gone));
+    OK(cuMemFree(gone));
+
+    int sv[2];
+    TRUE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char arg[16];
+        snprintf(arg, sizeof arg, "%d", sv[1]);
+        fcntl(sv[1], F_SETFD, 0);
+        execl("/proc/self/exe", "selftest", "--ipc-child", arg, (char *)NULL);
+        _exit(127);
+    }
+    TRUE(pid > 0);
+    close(sv[1]);
+    TRUE(send_with_fd(sv[0], &offer, sizeof offer, fd));
+    close(fd);
+    int child_failures = -1, status = 0;
+    TRUE(recv(sv[0], &child_failures, sizeof child_failures, 0) == (ssize_t)sizeof child_failures);
+    TRUE(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    TRUE(child_failures == 0);
+    close(sv[0]);
+    TRUE(all_bytes(b2, offer.second_size, 0xc3)); /* the child's writes */
+    TRUE(all_bytes(b1, offer.first_size, 0x11));
+    TRUE(all_bytes(m, offer.plain_size, 0x77));
+    TRUE(shm_files_of(pid) == 0);
+    TRUE(shm_files_of(getpid()) == 1);
+
+    OK(cuMemFreeAsync(b1, s));
+    OK(cuMemFreeAsync(b2, s));
+    OK(cuMemFreeAsync(d, s));
+    OK(cuStreamSynchronize(s));
+    TRUE(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0);
+    OK(cuMemPoolDestroy(pool));
+    OK(cuMemFree(m));
+    TRUE(shm_files_of(getpid()) == 0);
+    OK(cuStreamDestroy(s));
+}
+
 static void test_events(void)
 {
     CUevent e;
@@ -275,6 +564,7 @@ static void test_capture(void)
     TRUE(n == 1);
     OK(cuGraphInstantiate(&x, g, 0));
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, p, 64));
     TRUE(host[0] == 5 && host[63] == 6);
     OK(cuGraphExecDestroy(x));
@@ -420,6 +710,7 @@ static void test_graphs(CUfunction fill)
     mp.value = 8; /* after instantiation: only the graph changes */
     OK(cuGraphMemsetNodeSetParams(ms, &mp));
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, plain, sizeof host));
     TRUE(host[0] == 9 && host[1] == 9 && host[2] == 7 && host[4] == 9 && host[63] == 7);
     CUDA_MEMSET_NODE_PARAMS back;
@@ -427,6 +718,7 @@ static void test_graphs(CUfunction fill)
     TRUE(back.value == 8);
     OK(cuGraphExecMemsetNodeSetParams(x, ms, &mp, NULL));
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, plain, sizeof host));
     TRUE(host[63] == 8);
 
@@ -438,6 +730,7 @@ static void test_graphs(CUfunction fill)
     OK(cuGraphExecUpdate(x, clone, &info));
     TRUE(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS);
     OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(host, plain, sizeof host));
     TRUE(host[63] == 3);
     OK(cuGraphAddEmptyNode(&empty, clone, NULL, 0));
@@ -511,9 +804,10 @@ static void test_contexts(void)
     OK(cuCtxDestroy(ctx));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     CUcontext primary;
+    if (argc == 3 && strcmp(argv[1], "--ipc-child") == 0) return ipc_child(atoi(argv[2]));
     CUfunction fill;
     setenv("SIMCUDA_EVENT_DELAY", "2", 1);
     setenv("SIMCUDA_MEM", "64M", 1);
@@ -524,6 +818,7 @@ int main(void)
     OK(cuCtxSetCurrent(primary));
     test_plain_memory();
     test_pools();
+    test_ipc();
     test_events();
     test_capture();
     test_capture_threads(primary);

@@ -10,6 +10,15 @@
  * behind the opaque CUDA handles, the global state, the lock, the handle
  * registry that lets every entry point reject bogus handles without
  * dereferencing them, and the helpers the source files share.
+ *
+ * Memory is shared between real processes as the driver shares it
+ * (sim_ipc.c, sim_pool.c): cuMemAlloc memory lives in files under /dev/shm
+ * named by uid, pid and allocation number, so legacy IPC handles
+ * (cuIpcGetMemHandle/cuIpcOpenMemHandle/cuIpcCloseMemHandle) open in another
+ * process; pools created with handleTypes CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+ * keep their chunks in one memfd, whose descriptor cuMemPoolExportToShareableHandle
+ * hands out (to be passed over a Unix socket), and whose blocks
+ * cuMemPoolExportPointer/cuMemPoolImportPointer map in the importing process.
  */
 #ifndef CUPOOL_SIM_H
 #define CUPOOL_SIM_H
@@ -27,6 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define SIM_API __attribute__((visibility("default")))
 #define SIM_MAX_DEVICES 8
@@ -127,6 +137,12 @@ struct CUevent_st {
 
 typedef struct sim_chunk sim_chunk;
 
+/* Names an exportable pool across processes: its maker, its number there, and
+ * a random nonce against reused pids. */
+typedef struct {
+    uint64_t pid, serial, nonce;
+} sim_pool_uid;
+
 struct CUmemPoolHandle_st {
     int device;
     bool is_default;
@@ -137,6 +153,12 @@ struct CUmemPoolHandle_st {
     size_t reserved, reserved_high, used, used_high;
     sim_chunk *chunks;
     CUmemAccess_flags access[SIM_MAX_DEVICES];
+    /* exportable pools (handleTypes POSIX_FILE_DESCRIPTOR) and pools imported from one */
+    int fd;           /* the memfd holding its chunks (imported: our duplicate of it); -1 otherwise */
+    size_t file_size; /* where the next chunk goes: file ranges are never reused */
+    sim_pool_uid uid;
+    bool imported;    /* cuMemPoolImportFromShareableHandle made it: it maps imports, never allocates */
+    size_t imports;   /* its live imported blocks; a destroyed imported pool lingers until they are freed */
 };
 
 typedef CUresult (*sim_emulator)(void *const *params);
@@ -194,7 +216,12 @@ typedef struct {
 
 #define SIM_STREAM_NAME 64 /* room for a stream's name in the race checker's messages */
 
-typedef enum { SIM_ALLOC_PLAIN, SIM_ALLOC_POOL } sim_alloc_kind;
+typedef enum {
+    SIM_ALLOC_PLAIN,  /* cuMemAlloc */
+    SIM_ALLOC_POOL,   /* a block of one of our pools */
+    SIM_ALLOC_IPC,    /* another process's cuMemAlloc memory, opened with cuIpcOpenMemHandle */
+    SIM_ALLOC_IMPORT, /* another process's pool block, mapped by cuMemPoolImportPointer */
+} sim_alloc_kind;
 
 typedef struct {
     uintptr_t base;
@@ -203,7 +230,7 @@ typedef struct {
     int device;
     sim_alloc_kind kind;
     CUmemoryPool pool;
-    void *host_block; /* what to free() for plain allocations */
+    void *host_block; /* plain, IPC, import: the mapping (map_size bytes); pool: its chunk */
     unsigned long long id;
     int caller;       /* thread id of the pool call that made it (simcuda_alloc_caller) */
     /* race checker: the operation that made a pool block, and accesses not yet seen complete */
@@ -211,6 +238,11 @@ typedef struct {
     unsigned long long born_tick;
     char born_stream[SIM_STREAM_NAME]; /* "non-blocking stream 12 (context 3)" */
     struct sim_race_history *history;
+    /* memory shared with other processes (sim_ipc.c, sim_pool.c) */
+    pid_t file_pid;             /* plain: who made its /dev/shm file (0: anonymous memory); IPC: the exporter */
+    unsigned long long file_id; /* plain and IPC: the file's number; import: the block's offset in the pool's memfd */
+    size_t map_size;
+    unsigned refs; /* IPC and import: opens not yet closed, imports not yet freed */
 } sim_alloc;
 
 /* ---- global state --------------------------------------------------------- */
@@ -298,9 +330,18 @@ CUresult sim_memset_validate(const sim_memset_params *p, bool graph_node);
 CUresult sim_memset_run(const sim_memset_params *p);
 CUresult sim_memcpy_run(const sim_memcpy_params *p);
 
+/* ---- memory other processes map (sim_ipc.c) --------------------------------- */
+size_t sim_page_round(size_t n); /* up to whole pages (0 on overflow) */
+/* Maps and registers a cuMemAlloc allocation: a /dev/shm file when possible, else anonymous memory. */
+sim_alloc *sim_plain_map(size_t size, CUcontext ctx);
+void sim_plain_unmap(sim_alloc *a); /* unmaps, removes its file, unregisters */
+void sim_ipc_release(sim_alloc *a); /* an opened IPC mapping, whatever its references */
+void sim_shm_cleanup(void);         /* removes this process's files (at exit, and before _exit) */
+
 /* ---- pools (sim_pool.c) ---------------------------------------------------- */
 CUresult sim_pool_alloc(CUmemoryPool pool, size_t size, CUcontext ctx, CUdeviceptr *out);
 void sim_pool_release_block(sim_alloc *a); /* returns a pool block, unregisters it */
+void sim_pool_import_drop(sim_alloc *a, bool all); /* drops one reference of an import (all: every one) */
 void sim_pool_trim(CUmemoryPool pool, size_t keep);
 void sim_pools_trim_to_threshold(int device);
 

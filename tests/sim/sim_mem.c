@@ -3,7 +3,9 @@
  * (a sorted array, so an address inside an allocation is found by binary
  * search), the per-device byte budget that cuMemAlloc memory and pool
  * reservations share, cuMemAlloc/cuMemFree/cuMemAllocPitch/cuMemGetInfo, and the
- * copies and memsets.  Device pointers are real host addresses, so tests can
+ * copies and memsets.  cuMemAlloc memory is mapped by sim_ipc.c so that other
+ * processes can open it; memory mapped from other processes (IPC openings and
+ * pool imports) costs this process's budget nothing.  Device pointers are real host addresses, so tests can
  * read and write them; every device range an operation touches must lie inside
  * one live allocation (CUDA_ERROR_INVALID_VALUE when enqueued, and
  * CUDA_ERROR_ILLEGAL_ADDRESS if the memory is gone by the time a graph runs).
@@ -92,20 +94,22 @@ static size_t plain_charge(size_t size)
 static void plain_free(sim_alloc *a)
 {
     sim.dev[a->device].plain_bytes -= plain_charge(a->size);
-    free(a->host_block);
-    sim_alloc_unregister(a);
+    sim_plain_unmap(a);
 }
 
-/* Frees what a context being torn down owns: its cuMemAlloc memory, and pool
- * blocks allocated in it go back to their pools. */
+/* Frees what a context being torn down owns: its cuMemAlloc memory, pool
+ * blocks allocated in it go back to their pools, and what it mapped from other
+ * processes is unmapped however often it was opened or imported. */
 void sim_ctx_free_memory(CUcontext ctx)
 {
     for (size_t i = alloc_count; i-- > 0;) {
         if (i >= alloc_count || allocs[i]->ctx != ctx) continue;
-        if (allocs[i]->kind == SIM_ALLOC_PLAIN)
-            plain_free(allocs[i]);
-        else
-            sim_pool_release_block(allocs[i]);
+        switch (allocs[i]->kind) {
+        case SIM_ALLOC_PLAIN: plain_free(allocs[i]); break;
+        case SIM_ALLOC_POOL: sim_pool_release_block(allocs[i]); break;
+        case SIM_ALLOC_IPC: sim_ipc_release(allocs[i]); break;
+        case SIM_ALLOC_IMPORT: sim_pool_import_drop(allocs[i], true); break;
+        }
     }
 }
 
@@ -117,14 +121,10 @@ static CUresult plain_alloc(CUdeviceptr *dptr, size_t size)
     SIM_CHECK(sim_capture_check_unsafe());
     if (plain_charge(size) < size || plain_charge(size) > sim_device_free_bytes(ctx->device))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    void *block = NULL;
-    if (posix_memalign(&block, SIM_ALLOC_ALIGN, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (!sim_alloc_register((uintptr_t)block, size, ctx, ctx->device, SIM_ALLOC_PLAIN, NULL, block)) {
-        free(block);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    sim_alloc *a = sim_plain_map(size, ctx);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
     sim.dev[ctx->device].plain_bytes += plain_charge(size);
-    *dptr = (CUdeviceptr)(uintptr_t)block;
+    *dptr = (CUdeviceptr)a->base;
     return CUDA_SUCCESS;
 }
 
@@ -153,12 +153,14 @@ SIM_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     if (dptr == 0) return CUDA_SUCCESS;
     SIM_CHECK(sim_capture_check_unsafe());
     sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
-    if (!a || a->base != (uintptr_t)dptr) return CUDA_ERROR_INVALID_VALUE;
+    /* An opened IPC mapping is closed with cuIpcCloseMemHandle. */
+    if (!a || a->base != (uintptr_t)dptr || a->kind == SIM_ALLOC_IPC) return CUDA_ERROR_INVALID_VALUE;
     sim_race_host_waits_all(); /* cuMemFree waits for the device */
-    if (a->kind == SIM_ALLOC_POOL)
-        sim_pool_release_block(a); /* the real driver accepts pool memory here */
-    else
-        plain_free(a);
+    switch (a->kind) {
+    case SIM_ALLOC_POOL: sim_pool_release_block(a); break; /* the real driver accepts pool memory here */
+    case SIM_ALLOC_IMPORT: sim_pool_import_drop(a, false); break;
+    default: plain_free(a); break;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -181,6 +183,16 @@ SIM_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size
     if (base) *base = (CUdeviceptr)a->base;
     if (size) *size = a->size;
     return CUDA_SUCCESS;
+}
+
+/* Imported pool memory is usable by a device once cuMemPoolSetAccess granted
+ * it that access on the imported pool; other memory is not checked. */
+static bool access_granted(uintptr_t addr, int device, bool write)
+{
+    const sim_alloc *a = sim_alloc_find(addr);
+    if (!a || a->kind != SIM_ALLOC_IMPORT) return true;
+    CUmemAccess_flags f = a->pool->access[device];
+    return write ? f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE : f != CU_MEM_ACCESS_FLAGS_PROT_NONE;
 }
 
 /* ---- copies --------------------------------------------------------------- */
@@ -221,6 +233,9 @@ static CUresult copy_op(uintptr_t dst, bool dst_device, uintptr_t src, bool src_
     sim_node_params op = { .type = CU_GRAPH_NODE_TYPE_MEMCPY };
     op.u.memcpy = (sim_memcpy_params){ dst, src, bytes, dst_device, src_device };
     if (bytes && (!dst || !src || !memcpy_ranges_ok(&op.u.memcpy))) return CUDA_ERROR_INVALID_VALUE;
+    if (bytes && ((dst_device && !access_granted(dst, ctx->device, true)) ||
+                  (src_device && !access_granted(src, ctx->device, false))))
+        return CUDA_ERROR_INVALID_VALUE;
     SIM_CHECK(sim_stream_submit(h, ptds, &op));
     CUstream s;
     if (synchronous && !(dst_device && src_device) && sim_stream_resolve(h, ptds, &s) == CUDA_SUCCESS)
@@ -277,6 +292,7 @@ CUresult sim_memset_validate(const sim_memset_params *p, bool graph_node)
     if (extent == 0) return CUDA_SUCCESS;
     if (p->dst % es || (p->height > 1 && p->pitch % es)) return CUDA_ERROR_INVALID_VALUE;
     if (!sim_range_is_device((uintptr_t)p->dst, extent)) return CUDA_ERROR_INVALID_VALUE;
+    if (p->ctx && !access_granted((uintptr_t)p->dst, p->ctx->device, true)) return CUDA_ERROR_INVALID_VALUE;
     /* SIMCUDA_MEMSET_BUG: CUDA 12.0/12.1 refused memset nodes on pool memory. */
     if (graph_node && sim.memset_bug && sim_alloc_find((uintptr_t)p->dst)->kind == SIM_ALLOC_POOL)
         return CUDA_ERROR_INVALID_VALUE;

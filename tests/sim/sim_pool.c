@@ -7,11 +7,31 @@
  * synchronize point, down to the pool's release threshold.  A pool never trims
  * itself to satisfy an allocation; it answers CUDA_ERROR_OUT_OF_MEMORY and the
  * caller must trim and retry, which is what the real driver makes callers do.
+ *
+ * A pool created with handleTypes CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR is
+ * exportable: its chunks are ranges of one memfd ("simcuda-pool"), mapped
+ * MAP_SHARED, after a header page naming the pool (a uid unique across
+ * processes) and its device.  File ranges are never reused, so a range another
+ * process imported stays that block's; a trimmed chunk none of whose blocks
+ * was ever exported gives its pages back (a punched hole).
+ * cuMemPoolExportToShareableHandle hands out a duplicate of the memfd,
+ * cuMemPoolImportFromShareableHandle turns a received one into an imported
+ * pool (it cannot allocate, and no device may touch its memory until
+ * cuMemPoolSetAccess grants it), cuMemPoolExportPointer describes a block by
+ * the pool's uid and the block's file range, and cuMemPoolImportPointer maps
+ * that range.  Importing one block again returns the same pointer and counts a
+ * reference; cuMemFree/cuMemFreeAsync drop one, and the last unmaps it.  A
+ * destroyed imported pool lingers until its imports are freed.
  */
 #include "sim.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +43,8 @@ struct sim_chunk {
     sim_chunk *next;
     unsigned char *host;
     size_t size;
+    size_t file_offset; /* exportable pools: where it lies in the pool's memfd */
+    bool exported;      /* a block of it was exported: another process may map its range */
     sim_range *used; /* sorted by offset */
     size_t nused, used_cap;
 };
@@ -46,6 +68,7 @@ static CUmemoryPool pool_new(int device, const CUmemPoolProps *props, bool is_de
     pool->props = *props;
     for (int i = 0; i < 3; i++) pool->reuse[i] = 1;
     pool->access[device] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    pool->fd = -1;
     sim_handle_add(pool, SIM_KIND_POOL);
     return pool;
 }
@@ -77,8 +100,14 @@ static void chunk_release(CUmemoryPool pool, sim_chunk **link)
     *link = c->next;
     pool->reserved -= c->size;
     sim.dev[pool->device].pool_reserved -= c->size;
+    if (pool->fd >= 0) {
+        munmap(c->host, c->size);
+        if (!c->exported)
+            fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)c->file_offset, (off_t)c->size);
+    } else {
+        free(c->host);
+    }
     free(c->used);
-    free(c->host);
     free(c);
 }
 
@@ -98,7 +127,8 @@ static void pool_reap_if_done(CUmemoryPool pool)
 {
     if (!pool->destroyed) return;
     sim_pool_trim(pool, 0);
-    if (pool->chunks) return;
+    if (pool->chunks || pool->imports) return;
+    if (pool->fd >= 0) close(pool->fd);
     sim_vec_remove(&sim.pools, pool);
     sim_handle_remove(pool);
     free(pool);
@@ -153,7 +183,17 @@ static sim_chunk *chunk_reserve(CUmemoryPool pool, size_t need)
     if (pool->props.maxSize && pool->reserved + size > pool->props.maxSize) return NULL;
     sim_chunk *c = calloc(1, sizeof *c);
     void *host = NULL;
-    if (!c || posix_memalign(&host, 4096, size) != 0) {
+    if (!c) return NULL;
+    if (pool->fd >= 0) {
+        c->file_offset = pool->file_size;
+        if (ftruncate(pool->fd, (off_t)(c->file_offset + size)) != 0 ||
+            (host = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, pool->fd, (off_t)c->file_offset)) ==
+                MAP_FAILED) {
+            free(c);
+            return NULL;
+        }
+        pool->file_size += size;
+    } else if (posix_memalign(&host, 4096, size) != 0) {
         free(c);
         return NULL;
     }
@@ -206,6 +246,57 @@ void sim_pool_release_block(sim_alloc *a)
     pool_reap_if_done(pool);
 }
 
+/* ---- exportable pools ---------------------------------------------------------------- */
+
+#define POOL_FILE_NAME "simcuda-pool"
+
+/* The first page of an exportable pool's memfd; chunks follow it. */
+typedef struct {
+    char magic[8];
+    sim_pool_uid uid;
+    int32_t device;
+} sim_pool_header;
+
+static const char pool_magic[8] = "SIMPOOL";
+
+static size_t pool_header_size(void)
+{
+    return sim_page_round(sizeof(sim_pool_header));
+}
+
+static bool pool_make_exportable(CUmemoryPool pool)
+{
+    int fd = memfd_create(POOL_FILE_NAME, MFD_CLOEXEC);
+    if (fd < 0) return false;
+    sim_pool_header h = { .uid = { (uint64_t)getpid(), sim_next_id(), 0 }, .device = pool->device };
+    if (getrandom(&h.uid.nonce, sizeof h.uid.nonce, GRND_NONBLOCK) != sizeof h.uid.nonce)
+        h.uid.nonce = (uint64_t)(sim_now_ms() * 1e6);
+    memcpy(h.magic, pool_magic, sizeof pool_magic);
+    size_t header = pool_header_size();
+    if (ftruncate(fd, (off_t)header) != 0 || pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+        close(fd);
+        return false;
+    }
+    pool->fd = fd;
+    pool->file_size = header;
+    pool->uid = h.uid;
+    return true;
+}
+
+/* Reads the header of a descriptor that must be an exportable pool's memfd. */
+static bool pool_file_header(int fd, sim_pool_header *h)
+{
+    char link[64], target[128];
+    if (fd < 0) return false;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n < 0) return false;
+    target[n] = '\0';
+    static const char want[] = "/memfd:" POOL_FILE_NAME " ";
+    if (strncmp(target, want, sizeof want - 1) != 0) return false;
+    return pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h && memcmp(h->magic, pool_magic, sizeof pool_magic) == 0;
+}
+
 /* ---- pool API -------------------------------------------------------------------- */
 
 SIM_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
@@ -217,8 +308,15 @@ SIM_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps
     if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE && props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
     SIM_CHECK(sim_device_check(props->location.id));
-    *out = pool_new(props->location.id, props, false);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    CUmemoryPool pool = pool_new(props->location.id, props, false);
+    if (!pool) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (props->handleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && !pool_make_exportable(pool)) {
+        pool->destroyed = true;
+        pool_reap_if_done(pool);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = pool;
+    return CUDA_SUCCESS;
 }
 
 SIM_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
@@ -300,8 +398,9 @@ SIM_API CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccess
         if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !access_flags_valid(d->flags))
             return CUDA_ERROR_INVALID_VALUE;
         SIM_CHECK(sim_device_check(d->location.id));
-        if (d->location.id == pool->device && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-            return CUDA_ERROR_INVALID_VALUE; /* the owning device keeps full access */
+        /* The owning device keeps full access; an importer grants every device its own. */
+        if (!pool->imported && d->location.id == pool->device && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
     }
     for (size_t i = 0; i < count; i++) pool->access[map[i].location.id] = map[i].flags;
     return CUDA_SUCCESS;
@@ -342,6 +441,7 @@ SIM_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     SIM_BEGIN;
     SIM_CHECK(sim_device_check(dev));
     SIM_CHECK(pool_check(pool));
+    if (pool->imported) return CUDA_ERROR_INVALID_VALUE;
     if (pool->device != dev) return CUDA_ERROR_INVALID_DEVICE;
     sim.dev[dev].current_pool = pool;
     return CUDA_SUCCESS;
@@ -394,6 +494,7 @@ static CUresult alloc_async_locked(CUdeviceptr *dptr, size_t size, CUmemoryPool 
     if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (pool) SIM_CHECK(pool_check(pool));
+    if (pool && pool->imported) return CUDA_ERROR_INVALID_VALUE;
     SIM_CHECK(ordered_stream(h, ptds, &s));
     if (!pool) pool = current_pool(s->ctx->device);
     if (!pool) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -446,7 +547,13 @@ static CUresult free_async_locked(CUdeviceptr dptr, CUstream h, bool ptds)
     SIM_CHECK(ordered_stream(h, ptds, &s));
     if (dptr == 0) return CUDA_SUCCESS;
     sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
-    if (!a || a->base != (uintptr_t)dptr || a->kind != SIM_ALLOC_POOL) return CUDA_ERROR_INVALID_VALUE;
+    if (!a || a->base != (uintptr_t)dptr) return CUDA_ERROR_INVALID_VALUE;
+    if (a->kind == SIM_ALLOC_IMPORT) {
+        if (a->refs == 1) sim_race_pool_free(a, s);
+        sim_pool_import_drop(a, false);
+        return CUDA_SUCCESS;
+    }
+    if (a->kind != SIM_ALLOC_POOL) return CUDA_ERROR_INVALID_VALUE;
     sim_race_pool_free(a, s);
     sim_pool_release_block(a);
     pool_call_time();
@@ -522,55 +629,140 @@ SIM_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int count, CUpointer_at
     return CUDA_SUCCESS;
 }
 
-/* ---- legacy IPC ------------------------------------------------------------------- */
+/* ---- sharing pools between processes -------------------------------------------------- */
 
+/* What cuMemPoolExportPointer writes: the block's range in its pool's memfd. */
 typedef struct {
     char magic[8];
-    pid_t pid;
-    uintptr_t base;
-    size_t size;
-} sim_ipc_payload;
+    sim_pool_uid uid;
+    uint64_t offset, size;
+} sim_ptr_export;
 
-static const char ipc_magic[8] = "SIMIPC1";
+static const char ptr_magic[8] = "SIMPTR";
 
-SIM_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
+static sim_vec imports; /* blocks imported into this process */
+
+SIM_API CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                          CUmemAllocationHandleType type, unsigned long long flags)
 {
     SIM_BEGIN;
-    if (!handle) return CUDA_ERROR_INVALID_VALUE;
-    const sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
-    /* Measured: pool memory cannot be exported through legacy IPC. */
-    if (!a || a->kind != SIM_ALLOC_PLAIN) return CUDA_ERROR_INVALID_VALUE;
-    sim_ipc_payload payload = { .pid = getpid(), .base = a->base, .size = a->size };
-    memcpy(payload.magic, ipc_magic, sizeof ipc_magic);
-    memset(handle, 0, sizeof *handle);
-    memcpy(handle->reserved, &payload, sizeof payload);
-    return CUDA_SUCCESS;
-}
-
-/* Only handles made by this same process can be opened: they name memory we have. */
-SIM_API CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
-{
-    SIM_BEGIN;
-    sim_ipc_payload payload;
-    CUcontext ctx;
-    if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) return CUDA_ERROR_INVALID_VALUE;
-    SIM_CHECK(sim_current_ctx(&ctx));
-    memcpy(&payload, handle.reserved, sizeof payload);
-    if (memcmp(payload.magic, ipc_magic, sizeof ipc_magic) != 0 || payload.pid != getpid())
+    if (!handle_out) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(pool_check(pool));
+    if (pool->fd < 0 || pool->imported || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    const sim_alloc *a = sim_alloc_find(payload.base);
-    if (!a || a->base != payload.base || a->kind != SIM_ALLOC_PLAIN) return CUDA_ERROR_INVALID_VALUE;
-    *pdptr = (CUdeviceptr)payload.base;
+    int fd = fcntl(pool->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    *(int *)handle_out = fd;
     return CUDA_SUCCESS;
 }
 
-SIM_API CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
-{
-    return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
-}
-
-SIM_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+/* The descriptor stays the caller's: the imported pool keeps a duplicate. */
+SIM_API CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                            CUmemAllocationHandleType type, unsigned long long flags)
 {
     SIM_BEGIN;
-    return sim_alloc_find((uintptr_t)dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    sim_pool_header h;
+    if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!pool_out || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t raw = (uintptr_t)handle;
+    if (raw > INT32_MAX || !pool_file_header((int)raw, &h)) return CUDA_ERROR_INVALID_VALUE;
+    int fd = fcntl((int)raw, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    int device = h.device >= 0 && h.device < sim.device_count ? h.device : 0;
+    CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                             .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                             .location = { CU_MEM_LOCATION_TYPE_DEVICE, device } };
+    CUmemoryPool pool = pool_new(device, &props, false);
+    if (!pool) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pool->imported = true;
+    pool->fd = fd;
+    pool->uid = h.uid;
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) pool->access[d] = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    *pool_out = pool;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
+{
+    SIM_BEGIN;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    const sim_alloc *a = sim_alloc_find((uintptr_t)ptr);
+    if (!a || a->base != (uintptr_t)ptr || a->kind != SIM_ALLOC_POOL || a->pool->fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_chunk *c = a->host_block;
+    c->exported = true;
+    sim_ptr_export e = { .uid = a->pool->uid,
+                         .offset = c->file_offset + (a->base - (uintptr_t)c->host),
+                         .size = a->size };
+    memcpy(e.magic, ptr_magic, sizeof ptr_magic);
+    memset(out, 0, sizeof *out);
+    memcpy(out->reserved, &e, sizeof e);
+    return CUDA_SUCCESS;
+}
+
+static sim_alloc *import_find(const sim_ptr_export *e)
+{
+    for (size_t i = 0; i < imports.len; i++) {
+        sim_alloc *a = imports.items[i];
+        if (a->file_id == e->offset && memcmp(&a->pool->uid, &e->uid, sizeof e->uid) == 0) return a;
+    }
+    return NULL;
+}
+
+SIM_API CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *out, CUmemoryPool pool, CUmemPoolPtrExportData *data)
+{
+    SIM_BEGIN;
+    CUcontext ctx;
+    sim_ptr_export e;
+    if (!out || !data) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(pool_check(pool));
+    if (!pool->imported) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(sim_current_ctx(&ctx));
+    memcpy(&e, data->reserved, sizeof e);
+    if (memcmp(e.magic, ptr_magic, sizeof ptr_magic) != 0 || memcmp(&e.uid, &pool->uid, sizeof e.uid) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_alloc *a = import_find(&e);
+    if (a) {
+        a->refs++;
+        *out = (CUdeviceptr)a->base;
+        return CUDA_SUCCESS;
+    }
+    struct stat st;
+    if (fstat(pool->fd, &st) != 0 || e.size == 0 || e.offset < pool_header_size() ||
+        e.offset > (uint64_t)st.st_size || e.size > (uint64_t)st.st_size - e.offset)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t start = (size_t)e.offset / page * page, skip = (size_t)e.offset - start;
+    size_t len = sim_page_round(skip + (size_t)e.size);
+    void *host = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, pool->fd, (off_t)start);
+    if (host == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    a = sim_alloc_register((uintptr_t)host + skip, (size_t)e.size, ctx, pool->device, SIM_ALLOC_IMPORT, pool, host);
+    if (a && !sim_vec_push(&imports, a)) {
+        sim_alloc_unregister(a);
+        a = NULL;
+    }
+    if (!a) {
+        munmap(host, len);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->file_id = e.offset;
+    a->map_size = len;
+    a->refs = 1;
+    pool->imports++;
+    *out = (CUdeviceptr)a->base;
+    return CUDA_SUCCESS;
+}
+
+void sim_pool_import_drop(sim_alloc *a, bool all)
+{
+    if (!all && --a->refs > 0) return;
+    CUmemoryPool pool = a->pool;
+    sim_vec_remove(&imports, a);
+    munmap(a->host_block, a->map_size);
+    sim_alloc_unregister(a);
+    pool->imports--;
+    pool_reap_if_done(pool);
 }

@@ -198,6 +198,10 @@ SIM_LEGACY_STUB(cuMemsetD32, (CUdeviceptr_v1 dst, unsigned int value, unsigned i
     X(cuMemPoolGetAttribute, 11020, 0, cuMemPoolGetAttribute)                      \
     X(cuMemPoolSetAccess, 11020, 0, cuMemPoolSetAccess)                            \
     X(cuMemPoolGetAccess, 11020, 0, cuMemPoolGetAccess)                            \
+    X(cuMemPoolExportToShareableHandle, 11020, 0, cuMemPoolExportToShareableHandle) \
+    X(cuMemPoolImportFromShareableHandle, 11020, 0, cuMemPoolImportFromShareableHandle) \
+    X(cuMemPoolExportPointer, 11020, 0, cuMemPoolExportPointer)                    \
+    X(cuMemPoolImportPointer, 11020, 0, cuMemPoolImportPointer)                    \
     X(cuMemAllocAsync, 11020, 0, cuMemAllocAsync)                                  \
     X(cuMemAllocAsync, 11020, 1, cuMemAllocAsync_ptsz)                             \
     X(cuMemAllocFromPoolAsync, 11020, 0, cuMemAllocFromPoolAsync)                  \

@@ -189,6 +189,7 @@ static void report(const char *fmt, ...)
     fprintf(stderr, "simcuda: stream-ordered race: %s\n", line);
     if (sim.races == SIM_RACES_FATAL) {
         fprintf(stderr, "simcuda: stopping the process (SIMCUDA_RACES=count reports races and goes on)\n");
+        sim_shm_cleanup(); /* _exit skips the destructor that removes this process's /dev/shm files */
         _exit(3);
     }
 }
