@@ -436,11 +436,12 @@ static int serve_start(void)
     if (listen_fd < 0) return -1;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path, socket_path, strlen(socket_path) + 1);
-    /* Created 0600: nobody else may even connect. */
+    /* Created owner-only (0700 under umask 077, then 0600): nobody else may even connect. */
     mode_t old = umask(077);
     int bound = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
     umask(old);
-    if (bound != 0 || listen(listen_fd, 64) != 0 || pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    if (bound != 0 || chmod(socket_path, 0600) != 0 || listen(listen_fd, 64) != 0 ||
+        pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         cupool_message(CUPOOL_MSG_WARN, "cannot make the IPC socket %s (%s)", socket_path, strerror(errno));
         if (bound == 0) unlink(socket_path);
         close(listen_fd);
