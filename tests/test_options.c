@@ -92,6 +92,8 @@ static const option_case_t options[] = {
     {"CUPOOL_VERBOSE", "0", {"0", "1"}, {"2", "loud"}},
     {"CUPOOL_LIVE", "1", {"0", "1", "off", "on"}, {"2", "live"}},
     {"CUPOOL_LIVE_DIR", "/dev/shm", {NULL}, {NULL}}, /* any text is a directory: tests/test_live.sh */
+    {"CUPOOL_IPC", "1", {"0", "1", "off", "on"}, {"2", "ipc"}},
+    {"CUPOOL_IPC_DIR", "/dev/shm", {NULL}, {NULL}}, /* any text is a directory: tests/test_ipc.c */
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
