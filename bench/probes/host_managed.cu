@@ -217,7 +217,6 @@ static int pool_check(const char *which, CUdevice dev)
     printf("  cuMemcpyHtoDAsync from it: %s\n", nm);
     CK(cuStreamSynchronize(s));
 
-    unsigned long long v = 0;
     unsigned int u = 0;
     int i32 = 0;
     CUdeviceptr p2 = 0;

@@ -112,7 +112,7 @@ static void child(int s)
     r = cuMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     printf("  import pool -> %s\n", name_of(r));
     if (r) exit(4);
-    CUmemAccessFlags fl = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    CUmemAccess_flags fl = CU_MEM_ACCESS_FLAGS_PROT_NONE;
     CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
     r = cuMemPoolGetAccess(&fl, pool, &loc);
     printf("  access of device 0 -> %s, flags %d\n", name_of(r), (int)fl);

@@ -1,11 +1,13 @@
 """A CUDA tensor shared with a child process through torch.multiprocessing.
 
-PyTorch sends a CUDA tensor as a legacy IPC handle of its storage's
-allocation (cudaIpcGetMemHandle) plus the storage's offset in it; with
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 that allocation is a cudaMalloc of its own,
-which cupool serves from a pool.  The child reads the tensor and a view into
-it, modifies both, and the parent reads the child's writes.  Exits 0 and
-prints "torch ipc ok" when every check passes.
+PyTorch sends a CUDA tensor as a legacy IPC handle (cudaIpcGetMemHandle) of
+the cudaMalloc'd segment of its caching allocator that holds the storage,
+plus the storage's offset in it; under cupool that segment comes from a
+pool.  The child reads the tensor and a view into it, modifies both, and
+the parent reads the child's writes.  Exits 0 and prints "torch ipc ok"
+when every check passes; exits 1 at once when PyTorch cannot share the
+tensor (with PYTORCH_NO_CUDA_MEMORY_CACHING=1 it finds no segment for the
+storage, with or without cupool).
 """
 import sys
 
@@ -35,6 +37,15 @@ def main():
     inbox, outbox = mp.Queue(), mp.Queue()
     p = mp.Process(target=child, args=(inbox, outbox))
     p.start()
+    try:
+        # Pickled here, not in the queue's feeder thread, so that a tensor
+        # PyTorch cannot share fails now.
+        from multiprocessing.reduction import ForkingPickler
+        ForkingPickler.dumps((whole, view))
+    except RuntimeError as e:
+        print(f"PyTorch cannot share the tensor: {e}")
+        p.kill()
+        return 1
     inbox.put((whole, view))
     ok_whole, ok_view = outbox.get(timeout=120)
     expect = torch.arange(N, dtype=torch.float32, device="cuda") * 2
