@@ -559,7 +559,6 @@ int cupool_ipc_owner_frees(const cupool_origin_t *o)
 
 void cupool_ipc_forget_context(cupool_context_t *c)
 {
-    if (!nexports) return;
     pthread_mutex_lock(&ipc_lock);
     for (int i = nexports - 1; i >= 0; i--) {
         export_t *e = &exports[i];
@@ -717,7 +716,6 @@ out:
 
 int cupool_ipc_close(CUdeviceptr ptr, CUresult *result)
 {
-    if (!nimports) return 0;
     pthread_mutex_lock(&ipc_lock);
     import_t *im = import_by_ptr(ptr);
     if (!im) {
