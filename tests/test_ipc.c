@@ -21,7 +21,9 @@
  * pointer's handle; opening twice; a third process; a forged, a stale and a
  * process's own handle; the exporter freeing a block while another process
  * still has it open (it must not be handed out again until closed, and
- * goes back to its pool then); handles of memory cupool passed through,
+ * goes back to its pool then); an importer killed, an exporter killed
+ * (its stale socket removed by the next), importers at once; handles of
+ * memory cupool passed through,
  * opened by a process without cupool; a cupool handle opened without
  * cupool; CUPOOL_IPC=0; a process of another user; no socket reaches an
  * exec'd child; the socket is the user's alone and goes at exit.
@@ -66,7 +68,8 @@ typedef struct {
     size_t len;
 } importer_t;
 
-static void importer_start(importer_t *im, const char *hex, const char *script, int native)
+/* Runs this program with `role` and its arguments (NULL-terminated). */
+static void spawn_self(importer_t *im, const char *const *args, int native)
 {
     int in[2], out[2];
     if (pipe(in) || pipe(out)) CHECK_FAIL("pipe: %s", strerror(errno));
@@ -81,7 +84,9 @@ static void importer_start(importer_t *im, const char *hex, const char *script, 
             unsetenv("LD_PRELOAD");
             setenv("CUPOOL_TEST_NATIVE", "1", 1);
         }
-        execl(tl_self_path(), tl_self_path(), "--importer", hex, script, (char *)NULL);
+        const char *argv[8] = {tl_self_path()};
+        for (int i = 0; args[i] && i < 6; i++) argv[i + 1] = args[i];
+        execv(tl_self_path(), (char *const *)argv);
         _exit(127);
     }
     close(in[0]);
@@ -89,6 +94,12 @@ static void importer_start(importer_t *im, const char *hex, const char *script, 
     im->to = in[1];
     im->from = out[0];
     im->len = 0;
+}
+
+static void importer_start(importer_t *im, const char *hex, const char *script, int native)
+{
+    const char *args[] = {"--importer", hex, script, NULL};
+    spawn_self(im, args, native);
 }
 
 /* The importer's next line (without its newline), waiting up to 30 s. */
@@ -226,6 +237,39 @@ static int importer_main(const char *hex, const char *script)
 }
 
 /* ---- the exporter's cases ------------------------------------------------------ */
+
+static CUdeviceptr exported_block(uint32_t pattern, CUipcMemHandle *h);
+
+/* `--exporter`: exports a block of 0x77777777, prints its handle, and
+ * waits for a line on stdin (or to be killed). */
+static int exporter_main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    tl_init(0);
+    CUipcMemHandle h;
+    exported_block(0x77777777, &h);
+    char hex[129];
+    to_hex(&h, hex);
+    printf("%s\n", hex);
+    char line[64];
+    if (!fgets(line, sizeof line, stdin)) return 0;
+    return 0;
+}
+
+static int sockets_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[1024];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.' && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
 
 static CUdeviceptr exported_block(uint32_t pattern, CUipcMemHandle *h)
 {
@@ -428,6 +472,79 @@ static int sockets(void)
     return 0;
 }
 
+/* The exporter is killed while another process has its block open: that
+ * process closes it and goes on; the handle then fails; the dead
+ * exporter's socket is removed by the next process that makes one. */
+static int exporter_dies(void)
+{
+    const char *dir = getenv("CUPOOL_IPC_DIR");
+    importer_t ex;
+    const char *args[] = {"--exporter", NULL};
+    spawn_self(&ex, args, 0);
+    char hex[256];
+    if (!importer_line(&ex, hex, sizeof hex) || strlen(hex) != 128) CHECK_FAIL("the exporter printed no handle");
+    importer_t im;
+    importer_start(&im, hex, "open,check:77777777,say:opened,wait,close", 0);
+    importer_expect(&im, "open CUDA_SUCCESS");
+    importer_expect(&im, "check ok");
+    importer_expect(&im, "opened");
+    kill(ex.pid, SIGKILL);
+    importer_end(&ex);
+    importer_go(&im);
+    importer_expect(&im, "close CUDA_SUCCESS");
+    if (importer_end(&im) != 0) CHECK_FAIL("the importer failed after the exporter died");
+    CUipcMemHandle h;
+    from_hex(hex, &h);
+    importer_run(&h, "open", 0, "open CUDA_ERROR_INVALID_VALUE");
+    int stale = sockets_in(dir);
+    if (stale != 1) CHECK_FAIL("%d sockets after the exporter was killed, expected its stale one", stale);
+    tl_init(0);
+    CUipcMemHandle mine;
+    CUdeviceptr p = exported_block(0x11111111, &mine);
+    if (sockets_in(dir) != 1) CHECK_FAIL("the killed exporter's socket was not removed");
+    printf("  the killed exporter's socket was removed\n");
+    CHECK_CU(cuMemFree(p));
+    return 0;
+}
+
+/* Importers open and close the same block at once while the exporter
+ * allocates and frees: every open sees the data, and once they are gone
+ * the block's free hands it back at once. */
+static int many_importers(void)
+{
+    tl_init(0);
+    CUipcMemHandle h;
+    CUdeviceptr p = exported_block(0x11111111, &h);
+    char hex[129];
+    to_hex(&h, hex);
+    enum { N = 6 };
+    importer_t im[N];
+    for (int i = 0; i < N; i++)
+        importer_start(&im[i], hex, "open,check:11111111,close,open,open-again,close,close,open,check:11111111,close", 0);
+    for (int k = 0; k < 200; k++) {
+        CUdeviceptr q;
+        CHECK_CU(cuMemAlloc(&q, BLOCK / 4 + (size_t)k * 256));
+        CHECK_CU(cuMemFree(q));
+    }
+    for (int i = 0; i < N; i++) {
+        importer_expect(&im[i], "open CUDA_SUCCESS");
+        importer_expect(&im[i], "check ok");
+        importer_expect(&im[i], "close CUDA_SUCCESS");
+        importer_expect(&im[i], "open CUDA_SUCCESS");
+        importer_expect(&im[i], "open-again CUDA_SUCCESS same");
+        importer_expect(&im[i], "close CUDA_SUCCESS");
+        importer_expect(&im[i], "close CUDA_SUCCESS");
+        importer_expect(&im[i], "open CUDA_SUCCESS");
+        importer_expect(&im[i], "check ok");
+        importer_expect(&im[i], "close CUDA_SUCCESS");
+        if (importer_end(&im[i]) != 0) CHECK_FAIL("importer %d failed", i);
+    }
+    CHECK_CU(cuMemFree(p));
+    /* Nobody has it open: it is an ordinary block again, and its handle is gone. */
+    importer_run(&h, "open", 0, "open CUDA_ERROR_INVALID_VALUE");
+    return 0;
+}
+
 static const char *skip(const tl_case_t *c)
 {
     if (strcmp(c->name, "other-user") == 0 && geteuid() != 0) return "needs root to become another user";
@@ -444,6 +561,8 @@ static const tl_case_t cases[] = {
     {"free-while-open", free_while_open, {NULL}, 0, NULL},
     {"free-while-open-deferred", free_while_open, {"CUPOOL_FREE=deferred", NULL}, 0, NULL},
     {"importer-dies", importer_dies, {NULL}, 0, NULL},
+    {"exporter-dies", exporter_dies, {NULL}, 0, NULL},
+    {"many-importers", many_importers, {NULL}, 0, NULL},
     {"policy-off", passed_through, {"CUPOOL_POLICY=off", NULL}, 0, NULL},
     {"over-max-size", passed_through, {"CUPOOL_MAX_SIZE=4K", NULL}, 0, NULL},
     {"ipc-off", not_exportable, {"CUPOOL_IPC=0", NULL}, 0,
@@ -457,6 +576,7 @@ static const tl_case_t cases[] = {
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--importer") == 0) return importer_main(argv[2], argv[3]);
+    if (argc == 2 && strcmp(argv[1], "--exporter") == 0) return exporter_main();
     const tl_case_t *asked = tl_case_asked(cases, sizeof cases / sizeof cases[0], argc, argv);
     if (asked) return asked->run();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
