@@ -16,6 +16,7 @@
 #define CUPOOL_ENGINE_H
 
 #include "state.h"
+#include "ipc.h"
 
 /* Starts the engine once the program's cuInit has succeeded (the shims'
  * start-up): fork handlers, the driver queue, what `ordered` keeps and
@@ -29,21 +30,7 @@ void cupool_engine_start(void);
 void cupool_live_start(void);
 void cupool_live_stop(void);
 
-/* Legacy CUDA IPC on the blocks of exportable pools (ipc.c, CUPOOL_IPC).
- * cupool_ipc_export fills a handle for block o (CUDA_ERROR_INVALID_VALUE
- * when its pool cannot be exported).  cupool_ipc_is_ours says whether a
- * handle is one cupool made; cupool_ipc_open maps such a handle's block
- * from the exporting process; cupool_ipc_close closes what it opened (0
- * when ptr is not such a mapping: the driver's then).  The program frees an
- * exported block: cupool_ipc_owner_frees returns 1 when another process
- * still has it open, and cupool holds it until they close it (it must not
- * go back to its pool now).  cupool_ipc_stop removes the socket at exit. */
-CUresult cupool_ipc_export(CUipcMemHandle *handle, const cupool_origin_t *o);
-int cupool_ipc_is_ours(const CUipcMemHandle *handle);
-CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsigned int flags);
-int cupool_ipc_close(CUdeviceptr ptr, CUresult *result);
-int cupool_ipc_owner_frees(const cupool_origin_t *o);
-void cupool_ipc_stop(void);
+/* Legacy CUDA IPC on pooled memory: ipc.h. */
 
 /* The state of the calling thread's current context, created on first use;
  * NULL when no context is current or cupool cannot pool there.  Inline: the

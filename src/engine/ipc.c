@@ -1,5 +1,5 @@
 /*
- * Legacy CUDA IPC on pooled memory (CUPOOL_IPC, engine.h).  The driver
+ * Legacy CUDA IPC on pooled memory (CUPOOL_IPC, ipc.h).  The driver
  * refuses cuIpcGetMemHandle on pool memory, so cupool answers it itself for
  * the blocks of its exportable pools (created with a POSIX file-descriptor
  * handle type, registry.c):
@@ -34,7 +34,7 @@
  * parked blocks of that context before its state goes.
  */
 #define _GNU_SOURCE
-#include "engine.h"
+#include "ipc.h"
 
 #include <dirent.h>
 #include <errno.h>
