@@ -333,21 +333,42 @@ static int bad_handles(void)
     return 0;
 }
 
+/* Exports a block of `pattern` and starts an importer running `script`
+ * on it, which must first say "open CUDA_SUCCESS" and then `then`. */
+static CUdeviceptr exported_to(uint32_t pattern, const char *script, const char *then, importer_t *im)
+{
+    CUipcMemHandle h;
+    CUdeviceptr p = exported_block(pattern, &h);
+    char hex[129];
+    to_hex(&h, hex);
+    importer_start(im, hex, script, 0);
+    importer_expect(im, "open CUDA_SUCCESS");
+    importer_expect(im, then);
+    return p;
+}
+
+/* Waits up to 2 s for cupool's IPC thread to hand a block back: the pool
+ * uses at most `most` bytes. */
+static void handed_back(CUmemoryPool pool, uint64_t most, const char *when)
+{
+    uint64_t used = 0;
+    for (int i = 0; i < 200 && (used = tl_pool_used(pool)) > most; i++) usleep(10000);
+    if (used > most)
+        CHECK_FAIL("the block was not handed back %s: the pool uses %llu bytes, expected %llu at most", when,
+                   (unsigned long long)used, (unsigned long long)most);
+    printf("  handed back %s\n", when);
+}
+
 /* The exporter frees a block another process still has open: the free
  * succeeds, the block is handed to no allocation while it is open, and it
  * goes back to its pool once the importer closes it. */
 static int free_while_open(void)
 {
     tl_init(0);
-    CUipcMemHandle h;
-    CUdeviceptr p = exported_block(0x11111111, &h);
-    CUmemoryPool pool = tl_pool_of(p);
-    char hex[129];
-    to_hex(&h, hex);
     importer_t im;
-    importer_start(&im, hex, "open,check:11111111,say:opened,wait,write:44444444,say:written,wait,close", 0);
-    importer_expect(&im, "open CUDA_SUCCESS");
-    importer_expect(&im, "check ok");
+    CUdeviceptr p = exported_to(0x11111111, "open,check:11111111,say:opened,wait,write:44444444,say:written,wait,close",
+                                "check ok", &im);
+    CUmemoryPool pool = tl_pool_of(p);
     importer_expect(&im, "opened");
     CHECK_CU(cuMemFree(p));
     CUdeviceptr others[8];
@@ -369,13 +390,7 @@ static int free_while_open(void)
     importer_go(&im);
     importer_expect(&im, "close CUDA_SUCCESS");
     if (importer_end(&im) != 0) CHECK_FAIL("the importer failed");
-    /* Handed back by cupool's IPC thread once the importer closed. */
-    uint64_t used = 0;
-    for (int i = 0; i < 200 && (used = tl_pool_used(pool)) > used_open - BLOCK; i++) usleep(10000);
-    if (used > used_open - BLOCK)
-        CHECK_FAIL("the block was not handed back after the close: pool uses %llu, %llu before",
-                   (unsigned long long)used, (unsigned long long)used_open);
-    printf("  handed back after the close\n");
+    handed_back(pool, used_open - BLOCK, "after the close");
     return 0;
 }
 
@@ -383,23 +398,14 @@ static int free_while_open(void)
 static int importer_dies(void)
 {
     tl_init(0);
-    CUipcMemHandle h;
-    CUdeviceptr p = exported_block(0x11111111, &h);
-    CUmemoryPool pool = tl_pool_of(p);
-    char hex[129];
-    to_hex(&h, hex);
     importer_t im;
-    importer_start(&im, hex, "open,say:opened,wait", 0);
-    importer_expect(&im, "open CUDA_SUCCESS");
-    importer_expect(&im, "opened");
+    CUdeviceptr p = exported_to(0x11111111, "open,say:opened,wait", "opened", &im);
+    CUmemoryPool pool = tl_pool_of(p);
     uint64_t used_before = tl_pool_used(pool);
     CHECK_CU(cuMemFree(p));
     kill(im.pid, SIGKILL);
     importer_end(&im);
-    uint64_t used = 0;
-    for (int i = 0; i < 200 && (used = tl_pool_used(pool)) > used_before - BLOCK; i++) usleep(10000);
-    if (used > used_before - BLOCK) CHECK_FAIL("the block of a killed importer was not handed back");
-    printf("  handed back after the importer was killed\n");
+    handed_back(pool, used_before - BLOCK, "after the importer was killed");
     return 0;
 }
 
