@@ -551,6 +551,23 @@ static int many_importers(void)
     return 0;
 }
 
+/* No socket can be made (CUPOOL_IPC_DIR does not exist): the handle
+ * fails, said once however often it is asked for, and the program goes on. */
+static int no_socket(void)
+{
+    tl_init(0);
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, BLOCK));
+    for (int i = 0; i < 3; i++) {
+        CUipcMemHandle h;
+        CHECK_CU_EQ(cuIpcGetMemHandle(&h, p), CUDA_ERROR_OPERATING_SYSTEM);
+    }
+    CHECK_CU(cuMemFree(p));
+    CHECK_CU(cuMemAlloc(&p, BLOCK));
+    CHECK_CU(cuMemFree(p));
+    return 0;
+}
+
 static const char *skip(const tl_case_t *c)
 {
     if (strcmp(c->name, "other-user") == 0 && geteuid() != 0) return "needs root to become another user";
@@ -576,6 +593,8 @@ static const tl_case_t cases[] = {
     {"policy-default", not_exportable, {"CUPOOL_POLICY=default", NULL}, 0,
      "cupool: warning: cuIpcGetMemHandle fails on pooled memory that cannot be exported"},
     {"other-user", other_user, {NULL}, 0, NULL},
+    {"no-socket-dir", no_socket, {"CUPOOL_IPC_DIR=/nonexistent/cupool", NULL}, 0,
+     "cupool: warning: cannot make the IPC socket /nonexistent/cupool/cupool-ipc."},
     {"sockets", sockets, {NULL}, 0, NULL},
 };
 

@@ -105,6 +105,7 @@ static int nconns, conns_cap;
 static int pool_fds[CUPOOL_MAX_DEVICES][CUPOOL_POOLS_PER_DEVICE]; /* exported pool handles, 0 = none yet */
 static int listen_fd = -1, wake_fds[2] = {-1, -1};
 static int serving;            /* the socket and its thread are up */
+static int serve_failed;       /* they could not be made: said once, and every export fails */
 static pid_t server_pid;       /* the process that made the socket: only it removes it */
 static uint8_t server_id[8];
 static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -377,7 +378,7 @@ static void fork_child(void)
         if (wake_fds[i] >= 0) close(wake_fds[i]);
     listen_fd = wake_fds[0] = wake_fds[1] = -1;
     nconns = nexports = nimports = nipools = 0;
-    serving = 0;
+    serving = serve_failed = 0;
     server_pid = 0;
     socket_path[0] = 0;
     pthread_mutex_init(&ipc_lock, NULL);
@@ -422,10 +423,20 @@ static void remove_stale_sockets(void)
     closedir(d);
 }
 
-/* Makes the socket and starts its thread; ipc_lock held.  0 on success. */
+/* Makes the socket and starts its thread; ipc_lock held.  0 on success.
+ * A failure is said once and stands: every later export fails at once. */
+static int serve_try(void);
 static int serve_start(void)
 {
     if (serving) return 0;
+    if (serve_failed) return -1;
+    if (serve_try() == 0) return 0;
+    serve_failed = 1;
+    return -1;
+}
+
+static int serve_try(void)
+{
     if (getrandom(server_id, sizeof server_id, 0) != (ssize_t)sizeof server_id) return -1;
     if (socket_name(socket_path, sizeof socket_path, (uint32_t)geteuid(), (uint32_t)getpid(), server_id) != 0) {
         cupool_message(CUPOOL_MSG_WARN, "CUPOOL_IPC_DIR is too long for a socket path");
@@ -442,7 +453,8 @@ static int serve_start(void)
     umask(old);
     if (bound != 0 || chmod(socket_path, 0600) != 0 || listen(listen_fd, 64) != 0 ||
         pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-        cupool_message(CUPOOL_MSG_WARN, "cannot make the IPC socket %s (%s)", socket_path, strerror(errno));
+        cupool_message(CUPOOL_MSG_WARN, "cannot make the IPC socket %s (%s); cuIpcGetMemHandle fails on pooled memory",
+                       socket_path, strerror(errno));
         if (bound == 0) unlink(socket_path);
         close(listen_fd);
         listen_fd = -1;
