@@ -311,17 +311,23 @@ static void *serve(void *unused)
         for (int i = 2; i < n; i++) fds[i] = (struct pollfd){.fd = conns[i - 2].fd, .events = POLLIN};
         pthread_mutex_unlock(&ipc_lock);
 
-        if (poll(fds, (nfds_t)n, -1) < 0 && errno != EINTR) break;
+        int polled = poll(fds, (nfds_t)n, -1);
+        int failed = polled < 0 && errno != EINTR;
 
         pthread_mutex_lock(&ipc_lock);
+        if (failed) break;
+        if (polled < 0) {
+            pthread_mutex_unlock(&ipc_lock);
+            continue;
+        }
         if (!serving) break;
         if (fds[0].revents) {
             char drain[16];
             while (read(wake_fds[0], drain, sizeof drain) > 0) {
             }
         }
-        /* Connections first, newest last: conn_close() moves the last one
-         * into the slot it frees, so walk from the end. */
+        /* Each connection is found by its descriptor: conn_close() moves
+         * the last one into the slot it frees. */
         for (int i = n - 1; i >= 2; i--) {
             if (!fds[i].revents) continue;
             int at = -1;
