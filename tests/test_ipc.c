@@ -22,7 +22,7 @@
  * process's own handle; the exporter freeing a block while another process
  * still has it open (it must not be handed out again until closed, and
  * goes back to its pool then); an importer killed, an exporter killed
- * (its stale socket removed by the next), importers at once; handles of
+ * (its stale socket removed by the next), one stopped, importers at once; handles of
  * memory cupool passed through,
  * opened by a process without cupool; a cupool handle opened without
  * cupool; CUPOOL_IPC=0; a process of another user; no socket reaches an
@@ -513,6 +513,25 @@ static int exporter_dies(void)
     return 0;
 }
 
+/* An exporter that cannot answer (stopped): the open fails, after cupool's
+ * wait for an answer (10 s), instead of hanging. */
+static int exporter_stopped(void)
+{
+    importer_t ex;
+    const char *args[] = {"--exporter", NULL};
+    spawn_self(&ex, args, 0);
+    char hex[256];
+    if (!importer_line(&ex, hex, sizeof hex) || strlen(hex) != 128) CHECK_FAIL("the exporter printed no handle");
+    kill(ex.pid, SIGSTOP);
+    CUipcMemHandle h;
+    from_hex(hex, &h);
+    importer_run(&h, "open", 0, "open CUDA_ERROR_INVALID_VALUE");
+    kill(ex.pid, SIGCONT);
+    importer_go(&ex);
+    if (importer_end(&ex) != 0) CHECK_FAIL("the exporter failed");
+    return 0;
+}
+
 /* Importers open and close the same block at once while the exporter
  * allocates and frees: every open sees the data, and once they are gone
  * the block's free hands it back at once. */
@@ -586,6 +605,7 @@ static const tl_case_t cases[] = {
     {"importer-dies", importer_dies, {NULL}, 0, NULL},
     {"exporter-dies", exporter_dies, {NULL}, 0, NULL},
     {"many-importers", many_importers, {NULL}, 0, NULL},
+    {"exporter-stopped", exporter_stopped, {NULL}, 0, NULL},
     {"policy-off", passed_through, {"CUPOOL_POLICY=off", NULL}, 0, NULL},
     {"over-max-size", passed_through, {"CUPOOL_MAX_SIZE=4K", NULL}, 0, NULL},
     {"ipc-off", not_exportable, {"CUPOOL_IPC=0", NULL}, 0,

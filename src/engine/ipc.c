@@ -54,6 +54,8 @@
 /* What an open answers for a handle that names nothing it can reach: a
  * forged one, one whose block is gone, one of a process that has ended. */
 #define IPC_BAD_HANDLE CUDA_ERROR_INVALID_VALUE
+/* How long an open waits for the exporter's answer, in seconds. */
+#define IPC_ANSWER_S 10
 
 /* The 64 bytes of a CUipcMemHandle cupool makes. */
 typedef struct {
@@ -621,6 +623,11 @@ static CUresult ask_exporter(const ipc_handle_t *h, int *conn, ipc_reply_t *repl
     if (socket_name(path, sizeof path, h->uid, h->pid, h->server) != 0) return IPC_BAD_HANDLE;
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+    /* An exporter that does not answer (stopped, or stuck) fails the open
+     * instead of hanging the program. */
+    struct timeval limit = {.tv_sec = IPC_ANSWER_S};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path, path, strlen(path) + 1);
     ipc_request_t req;
@@ -634,6 +641,11 @@ static CUresult ask_exporter(const ipc_handle_t *h, int *conn, ipc_reply_t *repl
         r = reply->status != CUDA_SUCCESS ? (CUresult)reply->status : IPC_BAD_HANDLE;
         goto fail;
     }
+    /* From now on the connection only tells the exporter, by closing, that
+     * the block is closed: no limit on how long it stays open. */
+    limit.tv_sec = 0;
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     *conn = s;
     return CUDA_SUCCESS;
 fail:
@@ -677,6 +689,21 @@ static CUresult imported_pool(const ipc_handle_t *h, const ipc_reply_t *reply, i
     return CUDA_SUCCESS;
 }
 
+/* A handle this context has open already: one more reference, and the same
+ * pointer, as the driver documents; ipc_lock held. */
+static int reopen(const ipc_handle_t *h, CUcontext ctx, CUdeviceptr *dptr)
+{
+    for (int i = 0; i < nimports; i++) {
+        import_t *im = &imports[i];
+        if (memcmp(im->server, h->server, 8) == 0 && memcmp(im->tag, h->tag, 16) == 0 && im->ctx == ctx) {
+            im->refs++;
+            *dptr = im->ptr;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsigned int flags)
 {
     ipc_handle_t h;
@@ -687,6 +714,7 @@ CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsign
     if (real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return CUDA_ERROR_INVALID_CONTEXT;
     if (real_cuCtxGetDevice(&device) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
     if (h.uid != (uint32_t)geteuid()) return IPC_BAD_HANDLE;
+    *dptr = 0;
     pthread_once(&ipc_once, ipc_init);
     pthread_mutex_lock(&ipc_lock);
     CUresult r;
@@ -695,20 +723,25 @@ CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsign
         r = CUDA_ERROR_INVALID_CONTEXT;
         goto out;
     }
-    for (int i = 0; i < nimports; i++) {
-        import_t *im = &imports[i];
-        if (memcmp(im->server, h.server, 8) == 0 && memcmp(im->tag, h.tag, 16) == 0 && im->ctx == ctx) {
-            im->refs++;
-            *dptr = im->ptr;
-            r = CUDA_SUCCESS;
-            goto out;
-        }
+    if (reopen(&h, ctx, dptr)) {
+        r = CUDA_SUCCESS;
+        goto out;
     }
-    r = CUDA_ERROR_OUT_OF_MEMORY;
-    if (grow((void **)&imports, nimports, &imports_cap, sizeof *imports) != 0) goto out;
+    /* The exporter is asked without the lock: two processes opening each
+     * other's handles at once must not wait for each other's server. */
+    pthread_mutex_unlock(&ipc_lock);
     int conn = -1, pool_fd = -1;
     ipc_reply_t reply;
-    if ((r = ask_exporter(&h, &conn, &reply, &pool_fd)) != CUDA_SUCCESS) goto out;
+    r = ask_exporter(&h, &conn, &reply, &pool_fd);
+    pthread_mutex_lock(&ipc_lock);
+    if (r != CUDA_SUCCESS) goto out;
+    if (reopen(&h, ctx, dptr) || grow((void **)&imports, nimports, &imports_cap, sizeof *imports) != 0) {
+        /* Another thread opened it meanwhile (or no room to record it). */
+        r = *dptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+        close(pool_fd);
+        close(conn);
+        goto out;
+    }
     CUmemoryPool pool;
     r = imported_pool(&h, &reply, pool_fd, (int)device, &pool);
     close(pool_fd);
