@@ -65,7 +65,11 @@ int main(int argc, char **argv)
     if (child == 0) exit(0);
     int status;
     CHECK_EQ(waitpid(child, &status, 0), child);
-    CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "live_alloc: the forked child %s %d\n", WIFEXITED(status) ? "exited with" : "was killed by signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return 1;
+    }
     char text[256];
     snprintf(text, sizeof text, "%d\n", (int)getpid());
     put("ready", text);
