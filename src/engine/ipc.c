@@ -562,8 +562,10 @@ int cupool_ipc_owner_frees(const cupool_origin_t *o)
 {
     /* The program's own work on the block ends before anything is decided:
      * natively cuMemFree waits for it too, and a parked block goes back to
-     * its pool from the server thread with no stream to order it after. */
-    real_cuCtxSynchronize();
+     * its pool from the server thread with no stream to order it after.
+     * (Not while a capture is in progress, which a context-wide
+     * synchronization would break.) */
+    if (!cupool_capturing()) real_cuCtxSynchronize();
     pthread_mutex_lock(&ipc_lock);
     export_t *e = export_by_ptr(o->ptr);
     int parked = 0;
