@@ -706,15 +706,17 @@ static int reopen(const ipc_handle_t *h, CUcontext ctx, CUdeviceptr *dptr)
     return 0;
 }
 
-CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsigned int flags)
+CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsigned int flags, size_t *size, int *device_out)
 {
     ipc_handle_t h;
     memcpy(&h, handle, sizeof h);
+    *size = (size_t)h.size;
     if (!dptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) return CUDA_ERROR_INVALID_VALUE;
     CUcontext ctx = NULL;
     CUdevice device = -1;
     if (real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return CUDA_ERROR_INVALID_CONTEXT;
     if (real_cuCtxGetDevice(&device) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+    *device_out = (int)device;
     if (h.uid != (uint32_t)geteuid()) return IPC_BAD_HANDLE;
     *dptr = 0;
     pthread_once(&ipc_once, ipc_init);

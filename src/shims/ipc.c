@@ -51,7 +51,9 @@ static CUresult open_handle(CUresult (*real)(CUdeviceptr *, CUipcMemHandle, unsi
     /* With CUPOOL_IPC=0 the driver answers every handle, cupool's too. */
     if (!cupool_ipc_is_ours(&handle) || !cupool_option(CUPOOL_OPT_IPC)) return real(pdptr, handle, flags);
     call->route = CUPOOL_ROUTE_POOL;
-    CUresult r = cupool_ipc_open(pdptr, &handle, flags);
+    size_t size = 0;
+    CUresult r = cupool_ipc_open(pdptr, &handle, flags, &size, &call->device);
+    call->size = size;
     if (r == CUDA_SUCCESS) call->ptr = *pdptr;
     return r;
 }
