@@ -523,12 +523,20 @@ static int exporter_stopped(void)
     char hex[256];
     if (!importer_line(&ex, hex, sizeof hex) || strlen(hex) != 128) CHECK_FAIL("the exporter printed no handle");
     kill(ex.pid, SIGSTOP);
-    CUipcMemHandle h;
-    from_hex(hex, &h);
-    importer_run(&h, "open", 0, "open CUDA_ERROR_INVALID_VALUE");
+    importer_t im;
+    importer_start(&im, hex, "open", 0);
+    char line[256];
+    const char *got = importer_line(&im, line, sizeof line);
+    int status = importer_end(&im);
+    /* The exporter goes on and ends before anything is judged, so that a
+     * failure leaves no stopped process behind. */
     kill(ex.pid, SIGCONT);
     importer_go(&ex);
-    if (importer_end(&ex) != 0) CHECK_FAIL("the exporter failed");
+    int exporter = importer_end(&ex);
+    if (!got || strcmp(got, "open CUDA_ERROR_INVALID_VALUE") != 0 || status != 0)
+        CHECK_FAIL("the open of a stopped exporter's handle said \"%s\" and exited %d", got ? got : "(nothing)", status);
+    printf("  importer: %s\n", got);
+    if (exporter != 0) CHECK_FAIL("the exporter failed");
     return 0;
 }
 

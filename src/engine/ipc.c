@@ -193,13 +193,15 @@ static int recv_with_fd(int fd, void *buf, size_t len, int *passed)
     memset(&m, 0, sizeof m);
     m.msg_iov = &iov;
     m.msg_iovlen = 1;
+    memset(&ctl, 0, sizeof ctl);
     m.msg_control = ctl.buf;
     m.msg_controllen = sizeof ctl.buf;
     ssize_t n;
     do n = recvmsg(fd, &m, MSG_WAITALL | MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
     *passed = -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+    /* Nothing received (the wait ran out): no control message to read. */
+    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&m) : NULL; c; c = CMSG_NXTHDR(&m, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
             memcpy(passed, CMSG_DATA(c), sizeof *passed);
     if (n == (ssize_t)len) return 0;
