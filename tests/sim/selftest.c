@@ -8,7 +8,9 @@
  *   SIMCUDA_MEMSET_BUG=1 LD_LIBRARY_PATH=/tmp/simbuild /tmp/simbuild/selftest
  *
  * It walks through initialisation, contexts, memory, pools, events, capture,
- * modules, graphs and cuGetProcAddress, checking the result codes and the
+ * modules, graphs, pinned host and managed memory and their pools, host
+ * accesses the race checker must order (racy ones in child processes, which
+ * it must stop with status 3) and cuGetProcAddress, checking the result codes and the
  * memory contents the simulator is meant to produce.  Memory sharing between
  * processes is checked with a second process (this program run again with
  * --ipc-child) that imports an exportable pool received over a Unix socket
@@ -746,6 +748,390 @@ static void test_graphs(CUfunction fill)
     OK(cuStreamDestroy(s));
 }
 
+/* ---- pinned host memory, managed memory, host and managed pools ------------------- */
+
+/* The race checker's stand-in for host loads and stores (exported by the simulator). */
+void simcuda_host_access(const void *p, size_t bytes, int write);
+
+/* The pointer attributes that tell pinned, managed and pool memory apart, for
+ * a pointer into memory of device 0. */
+static void expect_attributes(CUdeviceptr ptr, unsigned type, bool managed, CUmemoryPool pool, CUdeviceptr start,
+                              size_t size)
+{
+    unsigned mem_type = 0;
+    bool is_managed = !managed, mapped = false;
+    CUdeviceptr dp = 0, range_start = 1;
+    void *hp = NULL;
+    CUmemoryPool mp = (CUmemoryPool)(uintptr_t)1;
+    int ordinal = -1;
+    size_t range_size = 0;
+    CUpointer_attribute attrs[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                    CU_POINTER_ATTRIBUTE_MAPPED,         CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                    CU_POINTER_ATTRIBUTE_RANGE_SIZE };
+    void *data[] = { &mem_type, &is_managed, &dp, &hp, &mapped, &mp, &ordinal, &range_start, &range_size };
+    OK(cuPointerGetAttributes(9, attrs, data, ptr));
+    TRUE(mem_type == type);
+    TRUE(is_managed == managed);
+    TRUE(dp == ptr && hp == (void *)(uintptr_t)ptr);
+    TRUE(mapped);
+    TRUE(mp == pool);
+    TRUE(ordinal == 0);
+    TRUE(range_start == start);
+    TRUE(range_size == size);
+}
+
+static void test_pinned_memory(void)
+{
+    void *h, *h2;
+    unsigned char stack[16];
+    unsigned flags;
+    size_t free0, free1, total;
+    CUdeviceptr d, p;
+    OK(cuMemGetInfo(&free0, &total));
+    EXPECT(cuMemAllocHost(&h, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAllocHost(NULL, 16), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemHostAlloc(&h, 0, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemHostAlloc(NULL, 16, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemHostAlloc(&h, 16, 0x08), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAllocHost(&h, 4096));
+    OK(cuMemHostAlloc(&h2, 8192, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    OK(cuMemGetInfo(&free1, &total));
+    TRUE(free1 == free0); /* the host's memory, not the device's */
+    OK(cuMemHostGetFlags(&flags, h));
+    TRUE(flags == CU_MEMHOSTALLOC_DEVICEMAP);
+    OK(cuMemHostGetFlags(&flags, (char *)h2 + 10));
+    TRUE(flags == (CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    EXPECT(cuMemHostGetFlags(&flags, stack), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemHostGetDevicePointer(&d, h2, 0));
+    TRUE(d == (CUdeviceptr)(uintptr_t)h2);
+    OK(cuMemHostGetDevicePointer(&d, (char *)h2 + 100, 0));
+    TRUE(d == (CUdeviceptr)(uintptr_t)h2 + 100);
+    EXPECT(cuMemHostGetDevicePointer(&d, h2, 1), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemHostGetDevicePointer(&d, stack, 0), CUDA_ERROR_INVALID_VALUE);
+    expect_attributes(d, CU_MEMORYTYPE_HOST, false, NULL, (CUdeviceptr)(uintptr_t)h2, 8192);
+    /* device operations take it as device memory and as host memory */
+    OK(cuMemsetD8((CUdeviceptr)(uintptr_t)h2, 0x5a, 8192));
+    TRUE(((unsigned char *)h2)[8191] == 0x5a);
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuMemcpyHtoD(p, h2, 4096));
+    OK(cuMemsetD8((CUdeviceptr)(uintptr_t)h, 0, 4096));
+    OK(cuMemcpyDtoD((CUdeviceptr)(uintptr_t)h, p, 4096));
+    TRUE(((unsigned char *)h)[4095] == 0x5a);
+    OK(cuMemsetD8(p, 0x11, 4096));
+    OK(cuMemcpy((CUdeviceptr)(uintptr_t)h2, p, 4096));
+    OK(cuMemcpyDtoHAsync(h, p, 4096, NULL));
+    OK(cuCtxSynchronize());
+    TRUE(((unsigned char *)h)[0] == 0x11 && ((unsigned char *)h2)[0] == 0x11);
+    EXPECT(cuMemFree((CUdeviceptr)(uintptr_t)h), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemFreeHost((char *)h + 1), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemFreeHost(stack), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemFreeHost((void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFreeHost(h));
+    EXPECT(cuMemFreeHost(h), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFreeHost(h2));
+    OK(cuMemFree(p));
+}
+
+static void test_managed_memory(void)
+{
+    CUdeviceptr m, p;
+    CUstream s;
+    unsigned flags;
+    int v, rm = -5, pl = -5, acc[3];
+    CUmemLocationType t;
+    CUmemLocation dev0 = { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, host = { CU_MEM_LOCATION_TYPE_HOST, 0 };
+    CUmemLocation bad = { CU_MEM_LOCATION_TYPE_DEVICE, 99 };
+    EXPECT(cuMemAllocManaged(&m, 0, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAllocManaged(&m, 16, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAllocManaged(&m, 16, CU_MEM_ATTACH_SINGLE), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAllocManaged(NULL, 16, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAllocManaged(&m, 65536, CU_MEM_ATTACH_GLOBAL));
+    expect_attributes(m + 16, CU_MEMORYTYPE_DEVICE, true, NULL, m, 65536);
+    OK(cuMemHostGetFlags(&flags, (void *)(uintptr_t)m));
+    TRUE(flags == 2);
+    OK(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, 65536));
+    TRUE(v == CU_DEVICE_INVALID);
+    OK(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, 65536));
+    TRUE(v == CU_DEVICE_INVALID);
+    OK(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, 65536));
+    TRUE(v == 0);
+    OK(cuMemAdvise(m, 65536, CU_MEM_ADVISE_SET_READ_MOSTLY, dev0));
+    OK(cuMemAdvise(m, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, dev0));
+    EXPECT(cuMemAdvise(m, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, bad), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuMemAdvise(m, 65536, CU_MEM_ADVISE_SET_ACCESSED_BY, dev0));
+    EXPECT(cuMemAdvise(m, 65537, CU_MEM_ADVISE_SET_READ_MOSTLY, dev0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAdvise(m, 0, CU_MEM_ADVISE_SET_READ_MOSTLY, dev0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemAdvise(m, 16, (CUmem_advise)99, dev0), CUDA_ERROR_INVALID_VALUE);
+    void *data[] = { &rm, &pl, acc };
+    size_t sizes[] = { 4, 4, sizeof acc };
+    CUmem_range_attribute attrs[] = { CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION,
+                                      CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY };
+    OK(cuMemRangeGetAttributes(data, sizes, attrs, 3, m, 65536));
+    TRUE(rm == 1 && pl == 0 && acc[0] == 0 && acc[1] == CU_DEVICE_INVALID && acc[2] == CU_DEVICE_INVALID);
+    EXPECT(cuMemRangeGetAttribute(&v, 8, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, 16), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAdvise(m, 65536, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host));
+    OK(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, 16));
+    TRUE(v == CU_DEVICE_CPU);
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuMemPrefetchAsync(m, 65536, host, 0, s));
+    OK(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, 65536));
+    TRUE(v == CU_DEVICE_CPU);
+    OK(cuMemPrefetchAsync(m, 4096, dev0, 0, s));
+    OK(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, 65536));
+    TRUE(v == 0);
+    OK(cuMemRangeGetAttribute(&t, sizeof t, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE, m, 65536));
+    TRUE(t == CU_MEM_LOCATION_TYPE_DEVICE);
+    EXPECT(cuMemPrefetchAsync(m, 4096, dev0, 1, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPrefetchAsync(m, 4096, bad, 0, s), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuStreamAttachMemAsync(s, m, 0, CU_MEM_ATTACH_SINGLE));
+    OK(cuStreamAttachMemAsync(s, m, 65536, CU_MEM_ATTACH_GLOBAL));
+    OK(cuStreamAttachMemAsync(NULL, m, 0, CU_MEM_ATTACH_HOST));
+    EXPECT(cuStreamAttachMemAsync(NULL, m, 0, CU_MEM_ATTACH_SINGLE), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuStreamAttachMemAsync(s, m + 256, 0, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuStreamAttachMemAsync(s, m, 0, 8), CUDA_ERROR_INVALID_VALUE);
+    /* none of that on other memory */
+    OK(cuMemAlloc(&p, 4096));
+    EXPECT(cuMemAdvise(p, 4096, CU_MEM_ADVISE_SET_READ_MOSTLY, dev0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemPrefetchAsync(p, 4096, dev0, 0, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuStreamAttachMemAsync(s, p, 0, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, p, 4096), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemHostGetFlags(&flags, (void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
+    /* device operations */
+    OK(cuMemsetD32Async(m, 7, 16384, s));
+    OK(cuMemcpyDtoDAsync(p, m, 4096, s));
+    OK(cuStreamSynchronize(s));
+    simcuda_host_access((void *)(uintptr_t)m, 65536, 1);
+    TRUE(((unsigned *)(uintptr_t)m)[16383] == 7);
+    EXPECT(cuMemFreeHost((void *)(uintptr_t)m), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(m));
+    OK(cuMemFree(p));
+    OK(cuStreamDestroy(s));
+}
+
+static void test_host_and_managed_pools(void)
+{
+    CUmemoryPool hp, mp, dflt, cur, dev_dflt, managed_dflt, other;
+    CUstream s;
+    CUdeviceptr b, c, d;
+    unsigned flags;
+    int v;
+    size_t free0, free1, total;
+    unsigned char buf[1000];
+    CUmemAccess_flags f;
+    CUipcMemHandle ipc;
+    CUmemLocation dev0 = { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, host = { CU_MEM_LOCATION_TYPE_HOST, 0 };
+    CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = { CU_MEM_LOCATION_TYPE_HOST, 7 },
+                             .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+    EXPECT(cuMemPoolCreate(&hp, &props), CUDA_ERROR_INVALID_VALUE);
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    OK(cuMemPoolCreate(&hp, &props));
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuMemGetInfo(&free0, &total));
+    OK(cuMemAllocFromPoolAsync(&b, 1000, hp, s));
+    OK(cuMemGetInfo(&free1, &total));
+    TRUE(free1 == free0);
+    expect_attributes(b + 10, CU_MEMORYTYPE_HOST, false, hp, 0, 1000);
+    EXPECT(cuMemHostGetDevicePointer(&d, (void *)(uintptr_t)b, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemHostGetFlags(&flags, (void *)(uintptr_t)b), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuIpcGetMemHandle(&ipc, b), CUDA_ERROR_INVALID_VALUE);
+    /* the host has it; a device once granted */
+    OK(cuMemPoolGetAccess(&f, hp, &host));
+    TRUE(f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    OK(cuMemPoolGetAccess(&f, hp, &dev0));
+    TRUE(f == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    EXPECT(cuMemsetD8Async(b, 1, 1000, s), CUDA_ERROR_INVALID_VALUE);
+    set_pool_access(hp, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    OK(cuMemsetD8Async(b, 1, 1000, s));
+    OK(cuMemcpyDtoHAsync(buf, b, 1000, s));
+    OK(cuStreamSynchronize(s));
+    simcuda_host_access((void *)(uintptr_t)b, 1000, 1);
+    TRUE(buf[999] == 1 && ((unsigned char *)(uintptr_t)b)[0] == 1);
+    OK(cuMemFreeAsync(b, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemPoolDestroy(hp));
+    /* managed pools: on a device or nowhere in particular, never exportable */
+    props = (CUmemPoolProps){ .allocType = CU_MEM_ALLOCATION_TYPE_MANAGED, .location = host };
+    EXPECT(cuMemPoolCreate(&mp, &props), CUDA_ERROR_INVALID_VALUE);
+    props.location = (CUmemLocation){ CU_MEM_LOCATION_TYPE_NONE, 0 };
+    OK(cuMemPoolCreate(&mp, &props));
+    OK(cuMemPoolDestroy(mp));
+    props.location = dev0;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    EXPECT(cuMemPoolCreate(&mp, &props), CUDA_ERROR_INVALID_VALUE);
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    OK(cuMemPoolCreate(&mp, &props));
+    OK(cuMemAllocFromPoolAsync(&c, 4096, mp, s));
+    expect_attributes(c + 8, CU_MEMORYTYPE_DEVICE, true, mp, c, 4096);
+    EXPECT(cuMemAdvise(c, 4096, CU_MEM_ADVISE_SET_READ_MOSTLY, dev0), CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT(cuStreamAttachMemAsync(s, c, 0, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuMemHostGetFlags(&flags, (void *)(uintptr_t)c), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemPrefetchAsync(c, 4096, dev0, 0, s));
+    OK(cuMemRangeGetAttribute(&v, 4, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, c, 4096));
+    TRUE(v == 0);
+    OK(cuMemsetD8Async(c, 3, 4096, s));
+    OK(cuMemFreeAsync(c, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemPoolDestroy(mp));
+    /* default and current pools by location and allocation type (CUDA 13) */
+    OK(cuMemGetDefaultMemPool(&dflt, &host, CU_MEM_ALLOCATION_TYPE_PINNED));
+    OK(cuMemGetMemPool(&cur, &host, CU_MEM_ALLOCATION_TYPE_PINNED));
+    TRUE(cur == dflt);
+    EXPECT(cuMemPoolDestroy(dflt), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemGetDefaultMemPool(&dev_dflt, &dev0, CU_MEM_ALLOCATION_TYPE_PINNED));
+    OK(cuDeviceGetDefaultMemPool(&other, 0));
+    TRUE(dev_dflt == other);
+    OK(cuMemGetDefaultMemPool(&managed_dflt, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
+    TRUE(managed_dflt != dev_dflt && managed_dflt != dflt);
+    EXPECT(cuMemGetMemPool(&cur, &host, CU_MEM_ALLOCATION_TYPE_MANAGED), CUDA_ERROR_INVALID_VALUE);
+    props = (CUmemPoolProps){ .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = host };
+    OK(cuMemPoolCreate(&hp, &props));
+    EXPECT(cuMemSetMemPool(&dev0, CU_MEM_ALLOCATION_TYPE_PINNED, hp), CUDA_ERROR_INVALID_VALUE);
+    EXPECT(cuDeviceSetMemPool(0, hp), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemSetMemPool(&host, CU_MEM_ALLOCATION_TYPE_PINNED, hp));
+    OK(cuMemGetMemPool(&cur, &host, CU_MEM_ALLOCATION_TYPE_PINNED));
+    TRUE(cur == hp);
+    OK(cuMemPoolDestroy(hp));
+    OK(cuMemGetMemPool(&cur, &host, CU_MEM_ALLOCATION_TYPE_PINNED));
+    TRUE(cur == dflt);
+    OK(cuStreamDestroy(s));
+}
+
+/* ---- host accesses and the race checker ------------------------------------------ */
+
+static struct {
+    CUstream s;
+    CUevent e;
+    CUdeviceptr dev;
+    void *pinned;
+    CUdeviceptr managed;
+    CUmemoryPool host_pool;
+} hr;
+
+/* Runs f in a child process: its exit status, 3 when the race checker stopped it. */
+static int in_child(void (*f)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        failures = 0;
+        f();
+        _exit(failures ? 1 : 0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+/* the device writes pinned memory, the host reads it without waiting */
+static void race_read_after_copy(void)
+{
+    OK(cuMemcpyDtoHAsync(hr.pinned, hr.dev, 4096, hr.s));
+    simcuda_host_access(hr.pinned, 4096, 0);
+}
+
+static void sync_read_after_copy(void)
+{
+    OK(cuMemcpyDtoHAsync(hr.pinned, hr.dev, 4096, hr.s));
+    OK(cuStreamSynchronize(hr.s));
+    simcuda_host_access(hr.pinned, 4096, 0);
+}
+
+/* the device reads pinned memory, the host overwrites it without waiting */
+static void race_write_after_read(void)
+{
+    OK(cuMemcpyHtoDAsync(hr.dev, hr.pinned, 4096, hr.s));
+    simcuda_host_access((char *)hr.pinned + 100, 8, 1);
+}
+
+/* reads do not conflict; an event the host waited for orders the write */
+static void sync_write_after_read(void)
+{
+    OK(cuMemcpyHtoDAsync(hr.dev, hr.pinned, 4096, hr.s));
+    simcuda_host_access(hr.pinned, 4096, 0);
+    OK(cuEventRecord(hr.e, hr.s));
+    OK(cuEventSynchronize(hr.e));
+    simcuda_host_access(hr.pinned, 4096, 1);
+}
+
+/* a memset of managed memory, then a host read without waiting */
+static void race_managed(void)
+{
+    OK(cuMemsetD8Async(hr.managed, 1, 4096, hr.s));
+    simcuda_host_access((void *)(uintptr_t)hr.managed, 1, 0);
+}
+
+static void sync_managed(void)
+{
+    OK(cuMemsetD8Async(hr.managed, 1, 4096, hr.s));
+    while (cuStreamQuery(hr.s) == CUDA_ERROR_NOT_READY) {
+    }
+    simcuda_host_access((void *)(uintptr_t)hr.managed, 1, 0);
+}
+
+/* a host pool's block touched by the host before its allocation is known done */
+static void race_host_pool_block(void)
+{
+    CUdeviceptr b;
+    OK(cuMemAllocFromPoolAsync(&b, 256, hr.host_pool, hr.s));
+    simcuda_host_access((void *)(uintptr_t)b, 256, 1);
+}
+
+static void sync_host_pool_block(void)
+{
+    CUdeviceptr b;
+    OK(cuMemAllocFromPoolAsync(&b, 256, hr.host_pool, hr.s));
+    OK(cuMemsetD8Async(b, 0, 256, hr.s));
+    OK(cuCtxSynchronize());
+    simcuda_host_access((void *)(uintptr_t)b, 256, 1);
+    OK(cuMemFreeAsync(b, hr.s));
+}
+
+/* a prefetch reads the range: a host write after it must wait too */
+static void race_after_prefetch(void)
+{
+    CUmemLocation dev0 = { CU_MEM_LOCATION_TYPE_DEVICE, 0 };
+    OK(cuMemPrefetchAsync(hr.managed, 4096, dev0, 0, hr.s));
+    simcuda_host_access((void *)(uintptr_t)hr.managed, 4096, 1);
+}
+
+static void test_host_races(void)
+{
+    CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = { CU_MEM_LOCATION_TYPE_HOST, 0 } };
+    OK(cuStreamCreate(&hr.s, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&hr.e, 0));
+    OK(cuMemPoolCreate(&hr.host_pool, &props));
+    set_pool_access(hr.host_pool, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    OK(cuMemAllocAsync(&hr.dev, 4096, hr.s));
+    OK(cuMemAllocHost(&hr.pinned, 4096));
+    OK(cuMemAllocManaged(&hr.managed, 4096, CU_MEM_ATTACH_GLOBAL));
+    OK(cuStreamSynchronize(hr.s));
+    TRUE(in_child(race_read_after_copy) == 3);
+    TRUE(in_child(sync_read_after_copy) == 0);
+    TRUE(in_child(race_write_after_read) == 3);
+    TRUE(in_child(sync_write_after_read) == 0);
+    TRUE(in_child(race_managed) == 3);
+    TRUE(in_child(sync_managed) == 0);
+    TRUE(in_child(race_host_pool_block) == 3);
+    TRUE(in_child(sync_host_pool_block) == 0);
+    TRUE(in_child(race_after_prefetch) == 3);
+    /* the synchronized twins pass here too */
+    sync_read_after_copy();
+    sync_write_after_read();
+    sync_managed();
+    sync_host_pool_block();
+    OK(cuStreamSynchronize(hr.s));
+    OK(cuMemFreeAsync(hr.dev, hr.s));
+    OK(cuStreamSynchronize(hr.s));
+    OK(cuMemFreeHost(hr.pinned));
+    OK(cuMemFree(hr.managed));
+    OK(cuMemPoolDestroy(hr.host_pool));
+    OK(cuEventDestroy(hr.e));
+    OK(cuStreamDestroy(hr.s));
+}
+
 static void test_proc_address(void)
 {
     void *fn;
@@ -773,6 +1159,23 @@ static void test_proc_address(void)
     TRUE(fn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     EXPECT(cuGetProcAddress("cuMemAllocAsync", &fn, 11000, 0, &st), CUDA_ERROR_NOT_FOUND);
     TRUE(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    OK(cuGetProcAddress("cuMemAllocHost", &fn, 13000, 0, &st));
+    TRUE(fn == (void *)cuMemAllocHost_v2);
+    OK(cuGetProcAddress("cuMemAdvise", &fn, 13000, 0, &st));
+    TRUE(fn == (void *)cuMemAdvise_v2);
+    OK(cuGetProcAddress("cuMemAdvise", &legacy, 8000, 0, &st));
+    TRUE(legacy && legacy != fn);
+    OK(cuGetProcAddress("cuMemPrefetchAsync", &fn, 13000, 0, &st));
+    TRUE(fn == (void *)cuMemPrefetchAsync_v2);
+    OK(cuGetProcAddress("cuMemPrefetchAsync", &legacy, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    TRUE(legacy && legacy != fn);
+    OK(cuGetProcAddress("cuMemHostGetDevicePointer", &fn, 13000, 0, &st));
+    TRUE(fn == (void *)cuMemHostGetDevicePointer_v2);
+    OK(cuGetProcAddress("cuMemGetMemPool", &fn, 13000, 0, &st));
+    TRUE(fn == (void *)cuMemGetMemPool);
+    EXPECT(cuGetProcAddress("cuMemGetMemPool", &fn, 12090, 0, &st), CUDA_ERROR_NOT_FOUND);
+    OK(cuGetProcAddress("cuStreamAttachMemAsync", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    TRUE(fn && fn != (void *)cuStreamAttachMemAsync);
 }
 
 static void test_contexts(void)
@@ -824,6 +1227,10 @@ int main(int argc, char **argv)
     test_capture_threads(primary);
     test_kernels(&fill);
     test_graphs(fill);
+    test_pinned_memory();
+    test_managed_memory();
+    test_host_and_managed_pools();
+    test_host_races();
     test_proc_address();
     test_contexts();
     OK(cuCtxSetCurrent(primary));

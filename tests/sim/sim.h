@@ -19,6 +19,18 @@
  * keep their chunks in one memfd, whose descriptor cuMemPoolExportToShareableHandle
  * hands out (to be passed over a Unix socket), and whose blocks
  * cuMemPoolExportPointer/cuMemPoolImportPointer map in the importing process.
+ *
+ * Host-visible memory is modelled as the driver presents it under unified
+ * addressing (sim_host.c, sim_pool.c): pinned host memory (cuMemAllocHost,
+ * cuMemHostAlloc, cuMemFreeHost; its device pointer is its host pointer),
+ * managed memory (cuMemAllocManaged, freed by cuMemFree, with cuMemAdvise,
+ * cuMemPrefetchAsync, cuStreamAttachMemAsync and cuMemRangeGetAttribute(s)
+ * keeping the advice and prefetch location per allocation), and pools of
+ * either (cuMemPoolCreate with location type HOST, or allocType MANAGED),
+ * whose pointer attributes and error codes are those measured on CUDA 13.
+ * Nothing migrates: all of it is ordinary host memory.  The race checker
+ * sees host loads and stores only when a test reports them through
+ * simcuda_host_access().
  */
 #ifndef CUPOOL_SIM_H
 #define CUPOOL_SIM_H
@@ -221,6 +233,8 @@ typedef enum {
     SIM_ALLOC_POOL,   /* a block of one of our pools */
     SIM_ALLOC_IPC,    /* another process's cuMemAlloc memory, opened with cuIpcOpenMemHandle */
     SIM_ALLOC_IMPORT, /* another process's pool block, mapped by cuMemPoolImportPointer */
+    SIM_ALLOC_HOST,   /* pinned host memory: cuMemAllocHost, cuMemHostAlloc */
+    SIM_ALLOC_MANAGED, /* cuMemAllocManaged */
 } sim_alloc_kind;
 
 typedef struct {
@@ -243,6 +257,12 @@ typedef struct {
     unsigned long long file_id; /* plain and IPC: the file's number; import: the block's offset in the pool's memfd */
     size_t map_size;
     unsigned refs; /* IPC and import: opens not yet closed, imports not yet freed */
+    /* pinned host and managed memory (sim_host.c); advice and prefetches are
+     * kept for the whole allocation, whatever part of it a call named */
+    unsigned flags;                      /* cuMemHostAlloc or cuMemAllocManaged flags */
+    CUmemLocation preferred, prefetched; /* type CU_MEM_LOCATION_TYPE_INVALID: none yet */
+    bool read_mostly;
+    unsigned accessed_by; /* bit d: CU_MEM_ADVISE_SET_ACCESSED_BY for device d; bit SIM_MAX_DEVICES: the CPU */
 } sim_alloc;
 
 /* ---- global state --------------------------------------------------------- */
@@ -255,6 +275,7 @@ typedef struct {
     unsigned primary_refs;
     unsigned primary_flags;
     CUmemoryPool default_pool, current_pool;
+    CUmemoryPool default_managed_pool, current_managed_pool; /* cuMemGetDefaultMemPool/cuMemSetMemPool */
 } sim_device;
 
 typedef enum { SIM_RACES_FATAL, SIM_RACES_COUNT, SIM_RACES_OFF } sim_races_mode;
@@ -272,6 +293,7 @@ typedef struct {
     void (*pool_call_hook)(void); /* called after each, unlocked (simcuda_set_pool_call_hook) */
     unsigned long long next_id;
     sim_vec pools;
+    CUmemoryPool default_host_pool, current_host_pool; /* location type HOST, allocType PINNED */
     sim_vec captures; /* streams with a capture sequence in progress */
 } sim_state;
 
@@ -324,6 +346,8 @@ bool sim_range_is_device(uintptr_t addr, size_t bytes);
 sim_alloc *sim_alloc_register(uintptr_t base, size_t size, CUcontext ctx, int device, sim_alloc_kind kind,
                               CUmemoryPool pool, void *host_block);
 void sim_alloc_unregister(sim_alloc *a);
+bool sim_alloc_is_host(const sim_alloc *a);    /* pinned host memory: cuMemHostAlloc or a host pool's block */
+bool sim_alloc_is_managed(const sim_alloc *a); /* cuMemAllocManaged or a managed pool's block */
 void sim_ctx_free_memory(CUcontext ctx);
 size_t sim_device_free_bytes(int device);
 CUresult sim_memset_validate(const sim_memset_params *p, bool graph_node);
@@ -344,6 +368,9 @@ void sim_pool_release_block(sim_alloc *a); /* returns a pool block, unregisters 
 void sim_pool_import_drop(sim_alloc *a, bool all); /* drops one reference of an import (all: every one) */
 void sim_pool_trim(CUmemoryPool pool, size_t keep);
 void sim_pools_trim_to_threshold(int device);
+
+/* ---- pinned host and managed memory (sim_host.c) ------------------------------- */
+void sim_host_free(sim_alloc *a); /* frees a pinned or managed allocation, unregisters it */
 
 /* ---- kernels (sim_kernel.c) ----------------------------------------------- */
 CUresult sim_kernel_params_init(sim_kernel_params *out, CUfunction f, CUcontext ctx, const unsigned grid[3],

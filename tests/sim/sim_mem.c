@@ -5,7 +5,8 @@
  * reservations share, cuMemAlloc/cuMemFree/cuMemAllocPitch/cuMemGetInfo, and the
  * copies and memsets.  cuMemAlloc memory is mapped by sim_ipc.c so that other
  * processes can open it; memory mapped from other processes (IPC openings and
- * pool imports) costs this process's budget nothing.  Device pointers are real host addresses, so tests can
+ * pool imports) costs this process's budget nothing, and neither does pinned
+ * host or managed memory (sim_host.c).  Device pointers are real host addresses, so tests can
  * read and write them; every device range an operation touches must lie inside
  * one live allocation (CUDA_ERROR_INVALID_VALUE when enqueued, and
  * CUDA_ERROR_ILLEGAL_ADDRESS if the memory is gone by the time a graph runs).
@@ -78,6 +79,18 @@ void sim_alloc_unregister(sim_alloc *a)
     free(a);
 }
 
+bool sim_alloc_is_host(const sim_alloc *a)
+{
+    return a->kind == SIM_ALLOC_HOST ||
+           (a->kind == SIM_ALLOC_POOL && a->pool->props.location.type == CU_MEM_LOCATION_TYPE_HOST);
+}
+
+bool sim_alloc_is_managed(const sim_alloc *a)
+{
+    return a->kind == SIM_ALLOC_MANAGED ||
+           (a->kind == SIM_ALLOC_POOL && a->pool->props.allocType == CU_MEM_ALLOCATION_TYPE_MANAGED);
+}
+
 size_t sim_device_free_bytes(int device)
 {
     const sim_device *d = &sim.dev[device];
@@ -109,6 +122,8 @@ void sim_ctx_free_memory(CUcontext ctx)
         case SIM_ALLOC_POOL: sim_pool_release_block(allocs[i]); break;
         case SIM_ALLOC_IPC: sim_ipc_release(allocs[i]); break;
         case SIM_ALLOC_IMPORT: sim_pool_import_drop(allocs[i], true); break;
+        case SIM_ALLOC_HOST:
+        case SIM_ALLOC_MANAGED: sim_host_free(allocs[i]); break;
         }
     }
 }
@@ -153,12 +168,14 @@ SIM_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     if (dptr == 0) return CUDA_SUCCESS;
     SIM_CHECK(sim_capture_check_unsafe());
     sim_alloc *a = sim_alloc_find((uintptr_t)dptr);
-    /* An opened IPC mapping is closed with cuIpcCloseMemHandle. */
-    if (!a || a->base != (uintptr_t)dptr || a->kind == SIM_ALLOC_IPC) return CUDA_ERROR_INVALID_VALUE;
+    /* An opened IPC mapping is closed with cuIpcCloseMemHandle, pinned host memory with cuMemFreeHost. */
+    if (!a || a->base != (uintptr_t)dptr || a->kind == SIM_ALLOC_IPC || a->kind == SIM_ALLOC_HOST)
+        return CUDA_ERROR_INVALID_VALUE;
     sim_race_host_waits_all(); /* cuMemFree waits for the device */
     switch (a->kind) {
     case SIM_ALLOC_POOL: sim_pool_release_block(a); break; /* the real driver accepts pool memory here */
     case SIM_ALLOC_IMPORT: sim_pool_import_drop(a, false); break;
+    case SIM_ALLOC_MANAGED: sim_host_free(a); break;
     default: plain_free(a); break;
     }
     return CUDA_SUCCESS;
@@ -185,12 +202,13 @@ SIM_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size
     return CUDA_SUCCESS;
 }
 
-/* Imported pool memory is usable by a device once cuMemPoolSetAccess granted
- * it that access on the imported pool; other memory is not checked. */
+/* Imported pool memory and host pool memory are usable by a device once
+ * cuMemPoolSetAccess granted it that access on the pool; other memory is not
+ * checked. */
 static bool access_granted(uintptr_t addr, int device, bool write)
 {
     const sim_alloc *a = sim_alloc_find(addr);
-    if (!a || a->kind != SIM_ALLOC_IMPORT) return true;
+    if (!a || (a->kind != SIM_ALLOC_IMPORT && !(a->kind == SIM_ALLOC_POOL && sim_alloc_is_host(a)))) return true;
     CUmemAccess_flags f = a->pool->access[device];
     return write ? f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE : f != CU_MEM_ACCESS_FLAGS_PROT_NONE;
 }
@@ -204,26 +222,44 @@ static bool memcpy_ranges_ok(const sim_memcpy_params *p)
     return true;
 }
 
+/* A host-side pointer into pinned host or managed memory is memory the race
+ * checker follows too: the copy engine reads or writes it while the host may
+ * not. */
+static bool host_side_tracked(uintptr_t p)
+{
+    const sim_alloc *a = sim_alloc_find(p);
+    return a && (sim_alloc_is_host(a) || sim_alloc_is_managed(a));
+}
+
 CUresult sim_memcpy_run(const sim_memcpy_params *p)
 {
     if (p->bytes == 0) return CUDA_SUCCESS;
     if (!memcpy_ranges_ok(p)) return CUDA_ERROR_ILLEGAL_ADDRESS;
-    if (p->src_device) sim_race_access(p->src, p->bytes, false);
-    if (p->dst_device) sim_race_access(p->dst, p->bytes, true);
+    if (p->src_device || host_side_tracked(p->src)) sim_race_access(p->src, p->bytes, false);
+    if (p->dst_device || host_side_tracked(p->dst)) sim_race_access(p->dst, p->bytes, true);
     memmove((void *)p->dst, (const void *)p->src, p->bytes);
     return CUDA_SUCCESS;
 }
 
 /* A pointer given where either kind is allowed (cuMemcpy) is device memory when
- * it lies in an allocation, and then the whole range must. */
+ * it lies in an allocation other than pinned host memory (which unified
+ * addressing reports as host memory), and then the whole range must. */
 static bool is_device_pointer(uintptr_t p)
 {
-    return sim_alloc_find(p) != NULL;
+    const sim_alloc *a = sim_alloc_find(p);
+    return a && !sim_alloc_is_host(a);
+}
+
+static bool is_pinned_host(uintptr_t p)
+{
+    const sim_alloc *a = sim_alloc_find(p);
+    return a && sim_alloc_is_host(a);
 }
 
 /* A synchronous copy to or from host memory returns once it is done (from
  * pageable memory to the device, once it started after the stream's earlier
- * work: taken as done too, which can only hide a race). */
+ * work: taken as done too, which can only hide a race); so does one that
+ * names pinned host memory as device memory. */
 static CUresult copy_op(uintptr_t dst, bool dst_device, uintptr_t src, bool src_device, size_t bytes, CUstream h,
                         bool ptds, bool synchronous)
 {
@@ -238,7 +274,8 @@ static CUresult copy_op(uintptr_t dst, bool dst_device, uintptr_t src, bool src_
         return CUDA_ERROR_INVALID_VALUE;
     SIM_CHECK(sim_stream_submit(h, ptds, &op));
     CUstream s;
-    if (synchronous && !(dst_device && src_device) && sim_stream_resolve(h, ptds, &s) == CUDA_SUCCESS)
+    bool host_side = !(dst_device && src_device) || is_pinned_host(dst) || is_pinned_host(src);
+    if (synchronous && host_side && sim_stream_resolve(h, ptds, &s) == CUDA_SUCCESS)
         sim_race_host_waits_stream(s);
     return CUDA_SUCCESS;
 }

@@ -22,6 +22,16 @@
  * that range.  Importing one block again returns the same pointer and counts a
  * reference; cuMemFree/cuMemFreeAsync drop one, and the last unmaps it.  A
  * destroyed imported pool lingers until its imports are freed.
+ *
+ * Pools of pinned host memory (location type HOST) and of managed memory
+ * (allocType MANAGED) suballocate the same way, but their chunks cost no
+ * device budget.  A host pool belongs to no device (its blocks report device
+ * ordinal 0), and no device may touch its memory until cuMemPoolSetAccess
+ * grants it; neither kind can be exported.  Their blocks' pointer attributes
+ * are those measured on CUDA 13, RANGE_START_ADDR 0 for a host pool's block
+ * included.  cuMemGetDefaultMemPool/cuMemGetMemPool/cuMemSetMemPool (CUDA 13)
+ * name the default and current pool of a device, of the host, and of a
+ * device's managed memory.
  */
 #include "sim.h"
 
@@ -56,6 +66,22 @@ static size_t round_up(size_t n, size_t to)
 
 /* ---- pool objects ---------------------------------------------------------- */
 
+static bool pool_is_host(CUmemoryPool pool)
+{
+    return pool->props.location.type == CU_MEM_LOCATION_TYPE_HOST;
+}
+
+static bool pool_is_managed(CUmemoryPool pool)
+{
+    return pool->props.allocType == CU_MEM_ALLOCATION_TYPE_MANAGED;
+}
+
+/* Only device memory pools reserve from a device's budget. */
+static bool pool_charges_device(CUmemoryPool pool)
+{
+    return !pool_is_host(pool) && !pool_is_managed(pool);
+}
+
 static CUmemoryPool pool_new(int device, const CUmemPoolProps *props, bool is_default)
 {
     CUmemoryPool pool = calloc(1, sizeof *pool);
@@ -67,7 +93,7 @@ static CUmemoryPool pool_new(int device, const CUmemPoolProps *props, bool is_de
     pool->is_default = is_default;
     pool->props = *props;
     for (int i = 0; i < 3; i++) pool->reuse[i] = 1;
-    pool->access[device] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (!pool_is_host(pool)) pool->access[device] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     pool->fd = -1;
     sim_handle_add(pool, SIM_KIND_POOL);
     return pool;
@@ -89,6 +115,27 @@ static CUmemoryPool current_pool(int device)
     return sim.dev[device].current_pool ? sim.dev[device].current_pool : default_pool(device);
 }
 
+static CUmemoryPool default_host_pool(void)
+{
+    if (!sim.default_host_pool) {
+        CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_HOST, 0 } };
+        sim.default_host_pool = pool_new(0, &props, true);
+    }
+    return sim.default_host_pool;
+}
+
+static CUmemoryPool default_managed_pool(int device)
+{
+    sim_device *d = &sim.dev[device];
+    if (!d->default_managed_pool) {
+        CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_MANAGED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, device } };
+        d->default_managed_pool = pool_new(device, &props, true);
+    }
+    return d->default_managed_pool;
+}
+
 static CUresult pool_check(CUmemoryPool pool)
 {
     return (sim_handle_is(pool, SIM_KIND_POOL) && !pool->destroyed) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -99,7 +146,7 @@ static void chunk_release(CUmemoryPool pool, sim_chunk **link)
     sim_chunk *c = *link;
     *link = c->next;
     pool->reserved -= c->size;
-    sim.dev[pool->device].pool_reserved -= c->size;
+    if (pool_charges_device(pool)) sim.dev[pool->device].pool_reserved -= c->size;
     if (pool->fd >= 0) {
         munmap(c->host, c->size);
         if (!c->exported)
@@ -179,7 +226,7 @@ static bool chunk_insert(sim_chunk *c, size_t slot, size_t offset, size_t size)
 static sim_chunk *chunk_reserve(CUmemoryPool pool, size_t need)
 {
     size_t size = round_up(need, SIM_POOL_GRANULE);
-    if (size < need || size > sim_device_free_bytes(pool->device)) return NULL;
+    if (size < need || (pool_charges_device(pool) && size > sim_device_free_bytes(pool->device))) return NULL;
     if (pool->props.maxSize && pool->reserved + size > pool->props.maxSize) return NULL;
     sim_chunk *c = calloc(1, sizeof *c);
     void *host = NULL;
@@ -202,7 +249,7 @@ static sim_chunk *chunk_reserve(CUmemoryPool pool, size_t need)
     c->next = pool->chunks;
     pool->chunks = c;
     pool->reserved += size;
-    sim.dev[pool->device].pool_reserved += size;
+    if (pool_charges_device(pool)) sim.dev[pool->device].pool_reserved += size;
     if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
     return c;
 }
@@ -303,12 +350,21 @@ SIM_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps
 {
     SIM_BEGIN;
     if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
-    if (!out || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
-    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE && props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    if (!out || !props) return CUDA_ERROR_INVALID_VALUE;
+    /* device memory: on a device, exportable or not; pinned host memory: on
+     * the host, not exportable; managed memory: on a device or nowhere in
+     * particular, not exportable */
+    CUmemLocationType where = props->location.type;
+    bool device_pool = props->allocType == CU_MEM_ALLOCATION_TYPE_PINNED && where == CU_MEM_LOCATION_TYPE_DEVICE;
+    bool host_pool = props->allocType == CU_MEM_ALLOCATION_TYPE_PINNED && where == CU_MEM_LOCATION_TYPE_HOST;
+    bool managed_pool = props->allocType == CU_MEM_ALLOCATION_TYPE_MANAGED &&
+                        (where == CU_MEM_LOCATION_TYPE_DEVICE || where == CU_MEM_LOCATION_TYPE_NONE);
+    if (!device_pool && !host_pool && !managed_pool) return CUDA_ERROR_INVALID_VALUE;
+    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+        (!device_pool || props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         return CUDA_ERROR_INVALID_VALUE;
-    SIM_CHECK(sim_device_check(props->location.id));
-    CUmemoryPool pool = pool_new(props->location.id, props, false);
+    if (where == CU_MEM_LOCATION_TYPE_DEVICE) SIM_CHECK(sim_device_check(props->location.id));
+    CUmemoryPool pool = pool_new(where == CU_MEM_LOCATION_TYPE_DEVICE ? props->location.id : 0, props, false);
     if (!pool) return CUDA_ERROR_OUT_OF_MEMORY;
     if (props->handleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && !pool_make_exportable(pool)) {
         pool->destroyed = true;
@@ -325,6 +381,8 @@ SIM_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
     SIM_CHECK(pool_check(pool));
     if (pool->is_default) return CUDA_ERROR_INVALID_VALUE;
     if (sim.dev[pool->device].current_pool == pool) sim.dev[pool->device].current_pool = NULL;
+    if (sim.dev[pool->device].current_managed_pool == pool) sim.dev[pool->device].current_managed_pool = NULL;
+    if (sim.current_host_pool == pool) sim.current_host_pool = NULL;
     pool->destroyed = true;
     pool_reap_if_done(pool);
     return CUDA_SUCCESS;
@@ -398,8 +456,10 @@ SIM_API CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccess
         if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !access_flags_valid(d->flags))
             return CUDA_ERROR_INVALID_VALUE;
         SIM_CHECK(sim_device_check(d->location.id));
-        /* The owning device keeps full access; an importer grants every device its own. */
-        if (!pool->imported && d->location.id == pool->device && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        /* The owning device keeps full access; an importer grants every device
+         * its own, and so does a host pool's maker. */
+        if (!pool->imported && !pool_is_host(pool) && d->location.id == pool->device &&
+            d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
             return CUDA_ERROR_INVALID_VALUE;
     }
     for (size_t i = 0; i < count; i++) pool->access[map[i].location.id] = map[i].flags;
@@ -410,7 +470,12 @@ SIM_API CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPo
 {
     SIM_BEGIN;
     SIM_CHECK(pool_check(pool));
-    if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
+    if (location->type == CU_MEM_LOCATION_TYPE_HOST && pool_is_host(pool)) { /* the host always has it */
+        *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        return CUDA_SUCCESS;
+    }
+    if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     SIM_CHECK(sim_device_check(location->id));
     *flags = pool->access[location->id];
     return CUDA_SUCCESS;
@@ -441,9 +506,69 @@ SIM_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     SIM_BEGIN;
     SIM_CHECK(sim_device_check(dev));
     SIM_CHECK(pool_check(pool));
-    if (pool->imported) return CUDA_ERROR_INVALID_VALUE;
+    if (pool->imported || !pool_charges_device(pool)) return CUDA_ERROR_INVALID_VALUE;
     if (pool->device != dev) return CUDA_ERROR_INVALID_DEVICE;
     sim.dev[dev].current_pool = pool;
+    return CUDA_SUCCESS;
+}
+
+/* Where cuMemGetDefaultMemPool/cuMemGetMemPool/cuMemSetMemPool look: the
+ * default pool of a location and allocation type, and its current pool. */
+static CUresult pool_slot(const CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool *def,
+                          CUmemoryPool **current)
+{
+    if (!loc) return CUDA_ERROR_INVALID_VALUE;
+    if (sim.no_pools) return CUDA_ERROR_NOT_SUPPORTED;
+    if (loc->type == CU_MEM_LOCATION_TYPE_HOST && type == CU_MEM_ALLOCATION_TYPE_PINNED) {
+        *def = default_host_pool();
+        *current = &sim.current_host_pool;
+    } else if (loc->type == CU_MEM_LOCATION_TYPE_DEVICE &&
+               (type == CU_MEM_ALLOCATION_TYPE_PINNED || type == CU_MEM_ALLOCATION_TYPE_MANAGED)) {
+        SIM_CHECK(sim_device_check(loc->id));
+        bool managed = type == CU_MEM_ALLOCATION_TYPE_MANAGED;
+        *def = managed ? default_managed_pool(loc->id) : default_pool(loc->id);
+        *current = managed ? &sim.dev[loc->id].current_managed_pool : &sim.dev[loc->id].current_pool;
+    } else {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return *def ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+SIM_API CUresult CUDAAPI cuMemGetDefaultMemPool(CUmemoryPool *out, CUmemLocation *loc, CUmemAllocationType type)
+{
+    SIM_BEGIN;
+    CUmemoryPool def, *current;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(pool_slot(loc, type, &def, &current));
+    *out = def;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult CUDAAPI cuMemGetMemPool(CUmemoryPool *out, CUmemLocation *loc, CUmemAllocationType type)
+{
+    SIM_BEGIN;
+    CUmemoryPool def, *current;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    SIM_CHECK(pool_slot(loc, type, &def, &current));
+    *out = *current ? *current : def;
+    return CUDA_SUCCESS;
+}
+
+/* The pool must be of that location and allocation type (a managed pool
+ * without a location serves any device). */
+SIM_API CUresult CUDAAPI cuMemSetMemPool(CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool pool)
+{
+    SIM_BEGIN;
+    CUmemoryPool def, *current;
+    SIM_CHECK(pool_check(pool));
+    SIM_CHECK(pool_slot(loc, type, &def, &current));
+    const CUmemPoolProps *p = &pool->props;
+    bool fits = !pool->imported && p->allocType == type &&
+                (p->location.type == CU_MEM_LOCATION_TYPE_NONE ||
+                 (p->location.type == loc->type &&
+                  (loc->type == CU_MEM_LOCATION_TYPE_HOST || p->location.id == loc->id)));
+    if (!fits) return CUDA_ERROR_INVALID_VALUE;
+    *current = pool;
     return CUDA_SUCCESS;
 }
 
@@ -573,27 +698,35 @@ SIM_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return
 /* ---- pointer attributes -------------------------------------------------------------- */
 
 /* Writes one attribute of the allocation a contains (NULL: unknown pointer,
- * answered with the null values cuPointerGetAttributes documents). */
+ * answered with the null values cuPointerGetAttributes documents).  Pinned
+ * host and managed memory have a host pointer, their own address; pinned
+ * host memory is of memory type HOST.  A host pool's block reports range
+ * start 0, as the driver does (measured). */
 static CUresult write_attribute(void *data, CUpointer_attribute attr, const sim_alloc *a, CUdeviceptr ptr)
 {
+    bool host = a && sim_alloc_is_host(a), managed = a && sim_alloc_is_managed(a);
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = a ? a->ctx : NULL; break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned *)data = a ? CU_MEMORYTYPE_DEVICE : 0; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned *)data = !a ? 0 : host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = a ? ptr : 0; break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (a) return CUDA_ERROR_INVALID_VALUE; /* device memory has no host mapping */
-        *(void **)data = NULL;
+        if (a && !host && !managed) return CUDA_ERROR_INVALID_VALUE; /* device memory has no host mapping */
+        *(void **)data = a ? (void *)(uintptr_t)ptr : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = a ? a->id : 0; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = a ? a->device : -2; break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(bool *)data = managed; break;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(bool *)data = false; break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *(bool *)data = a != NULL; break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(bool *)data = a && a->kind == SIM_ALLOC_PLAIN; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = a && !(host && a->kind == SIM_ALLOC_POOL) ? (CUdeviceptr)a->base : 0;
+        break;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(CUdeviceptr *)data = a ? (CUdeviceptr)a->base : 0; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = a ? a->size : 0; break;

@@ -32,6 +32,7 @@ SIM_LEGACY_STUB(cuMemcpyDtoD, (CUdeviceptr_v1 dst, CUdeviceptr_v1 src, unsigned 
 SIM_LEGACY_STUB(cuMemsetD8, (CUdeviceptr_v1 dst, unsigned char value, unsigned int n))
 SIM_LEGACY_STUB(cuMemsetD16, (CUdeviceptr_v1 dst, unsigned short value, unsigned int n))
 SIM_LEGACY_STUB(cuMemsetD32, (CUdeviceptr_v1 dst, unsigned int value, unsigned int n))
+SIM_LEGACY_STUB(cuMemHostGetDevicePointer, (CUdeviceptr_v1 * pdptr, void *p, unsigned int flags))
 #pragma GCC diagnostic pop
 
 /* ---- the table ---------------------------------------------------------------------- */
@@ -145,6 +146,24 @@ SIM_LEGACY_STUB(cuMemsetD32, (CUdeviceptr_v1 dst, unsigned int value, unsigned i
     X(cuMemGetInfo, 3020, 0, cuMemGetInfo_v2)                                      \
     X(cuMemGetAddressRange, 2000, 0, cuMemGetAddressRange)                         \
     X(cuMemGetAddressRange, 3020, 0, cuMemGetAddressRange_v2)                      \
+    X(cuMemAllocHost, 2000, 0, cuMemAllocHost)                                     \
+    X(cuMemAllocHost, 3020, 0, cuMemAllocHost_v2)                                  \
+    X(cuMemHostAlloc, 2020, 0, cuMemHostAlloc)                                     \
+    X(cuMemFreeHost, 2000, 0, cuMemFreeHost)                                       \
+    X(cuMemHostGetDevicePointer, 2020, 0, cuMemHostGetDevicePointer)               \
+    X(cuMemHostGetDevicePointer, 3020, 0, cuMemHostGetDevicePointer_v2)            \
+    X(cuMemHostGetFlags, 2030, 0, cuMemHostGetFlags)                               \
+    X(cuMemAllocManaged, 6000, 0, cuMemAllocManaged)                               \
+    X(cuMemAdvise, 8000, 0, cuMemAdvise)                                           \
+    X(cuMemAdvise, 12020, 0, cuMemAdvise_v2)                                       \
+    X(cuMemPrefetchAsync, 8000, 0, cuMemPrefetchAsync)                             \
+    X(cuMemPrefetchAsync, 8000, 1, cuMemPrefetchAsync_ptsz)                        \
+    X(cuMemPrefetchAsync, 12020, 0, cuMemPrefetchAsync_v2)                         \
+    X(cuMemPrefetchAsync, 12020, 1, cuMemPrefetchAsync_v2_ptsz)                    \
+    X(cuMemRangeGetAttribute, 8000, 0, cuMemRangeGetAttribute)                     \
+    X(cuMemRangeGetAttributes, 8000, 0, cuMemRangeGetAttributes)                   \
+    X(cuStreamAttachMemAsync, 6000, 0, cuStreamAttachMemAsync)                     \
+    X(cuStreamAttachMemAsync, 7000, 1, cuStreamAttachMemAsync_ptsz)                \
     X(cuMemcpy, 4000, 0, cuMemcpy)                                                 \
     X(cuMemcpy, 7000, 1, cuMemcpy_ptds)                                            \
     X(cuMemcpyAsync, 4000, 0, cuMemcpyAsync)                                       \
@@ -202,6 +221,9 @@ SIM_LEGACY_STUB(cuMemsetD32, (CUdeviceptr_v1 dst, unsigned int value, unsigned i
     X(cuMemPoolImportFromShareableHandle, 11020, 0, cuMemPoolImportFromShareableHandle) \
     X(cuMemPoolExportPointer, 11020, 0, cuMemPoolExportPointer)                    \
     X(cuMemPoolImportPointer, 11020, 0, cuMemPoolImportPointer)                    \
+    X(cuMemGetDefaultMemPool, 13000, 0, cuMemGetDefaultMemPool)                    \
+    X(cuMemGetMemPool, 13000, 0, cuMemGetMemPool)                                  \
+    X(cuMemSetMemPool, 13000, 0, cuMemSetMemPool)                                  \
     X(cuMemAllocAsync, 11020, 0, cuMemAllocAsync)                                  \
     X(cuMemAllocAsync, 11020, 1, cuMemAllocAsync_ptsz)                             \
     X(cuMemAllocFromPoolAsync, 11020, 0, cuMemAllocFromPoolAsync)                  \

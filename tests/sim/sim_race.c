@@ -24,8 +24,11 @@
  *     to or from host memory, cuMemFree) is before everything it enqueues
  *     afterwards; one host clock stands for all threads, which can only hide
  *     a race, never invent one.
- * Memory accesses are those of memsets, copies and the emulated kernels,
- * each an operation of its own or part of a graph launch (one operation).
+ * Memory accesses are those of memsets, copies, prefetches and the emulated
+ * kernels, each an operation of its own or part of a graph launch (one
+ * operation), and the host's loads and stores a test reports through
+ * simcuda_host_access(), which must be ordered after the allocation and
+ * after every conflicting device access by what the host has seen complete.
  * Each allocation keeps the accesses the host has not yet seen complete,
  * the newest 64 at most.
  *
@@ -278,6 +281,32 @@ void sim_race_access(uintptr_t addr, size_t bytes, bool write)
     }
     if (h->len == HISTORY_MAX) memmove(&h->at[0], &h->at[1], --h->len * sizeof *h->at);
     h->at[h->len++] = entry;
+}
+
+/* The host reads or writes [p, p + bytes) now: a test stands in for the loads
+ * and stores the simulator cannot see.  Nothing the host does needs recording:
+ * whatever it enqueues afterwards is ordered after it.  A range outside every
+ * allocation is host memory the checker does not follow. */
+SIM_API void simcuda_host_access(const void *p, size_t bytes, int write)
+{
+    SIM_LOCKED;
+    if (!checking() || bytes == 0) return;
+    sim_alloc *a = sim_alloc_find((uintptr_t)p);
+    if (!a) return;
+    size_t offset = (uintptr_t)p - a->base;
+    if (bytes > a->size - offset) bytes = a->size - offset;
+    check_born(a, &host, write ? "a write" : "a read", "the host");
+    const char *what = write ? "host write" : "host read";
+    if (!a->history) return;
+    history_prune(a->history); /* what is left, the host has not seen complete */
+    for (size_t i = 0; i < a->history->len; i++) {
+        const sim_access *r = &a->history->at[i];
+        bool overlap = r->offset < offset + bytes && offset < r->offset + r->bytes;
+        if (!overlap || !(r->write || write)) continue;
+        report("%s of %zu bytes at %#lx is not ordered after the %s (%s) on %s of %zu bytes at %#lx", what, bytes,
+               (unsigned long)(uintptr_t)p, r->what, r->write ? "write" : "read", r->stream, r->bytes,
+               (unsigned long)(a->base + r->offset));
+    }
 }
 
 void sim_race_alloc_forget(sim_alloc *a)
