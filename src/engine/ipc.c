@@ -75,8 +75,6 @@ typedef struct {
 
 typedef struct {
     int32_t status; /* CUresult */
-    int32_t device; /* the exporter's ordinal of the pool's device */
-    uint64_t size;
     uint64_t pool_key; /* names the pool among the exporter's: device * CUPOOL_POOLS_PER_DEVICE + index */
     CUmemPoolPtrExportData data;
 } ipc_reply_t;
@@ -104,7 +102,7 @@ static export_t *exports;
 static int nexports, exports_cap;
 static conn_t *conns;
 static int nconns, conns_cap;
-static int pool_fds[CUPOOL_MAX_DEVICES][CUPOOL_POOLS_PER_DEVICE]; /* exported pool handles, 0 = none yet */
+static int pool_fds[CUPOOL_MAX_DEVICES * CUPOOL_POOLS_PER_DEVICE]; /* by pool key; -1 = not exported yet */
 static int listen_fd = -1, wake_fds[2] = {-1, -1};
 static int serving;            /* the socket and its thread are up */
 static int serve_failed;       /* they could not be made: said once, and every export fails */
@@ -153,21 +151,34 @@ static int same_user(int fd)
     return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid();
 }
 
+/* Room for one passed file descriptor. */
+typedef union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+} fd_control_t;
+
+/* A message of one buffer, with room for one file descriptor in ctl. */
+static struct msghdr message(struct iovec *iov, fd_control_t *ctl)
+{
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = iov;
+    m.msg_iovlen = 1;
+    memset(ctl, 0, sizeof *ctl);
+    m.msg_control = ctl->buf;
+    m.msg_controllen = sizeof ctl->buf;
+    return m;
+}
+
 static int send_with_fd(int fd, const void *buf, size_t len, int passed)
 {
     struct iovec iov = {(void *)buf, len};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (passed >= 0) {
-        memset(&ctl, 0, sizeof ctl);
-        m.msg_control = ctl.buf;
-        m.msg_controllen = sizeof ctl.buf;
+    fd_control_t ctl;
+    struct msghdr m = message(&iov, &ctl);
+    if (passed < 0) {
+        m.msg_control = NULL;
+        m.msg_controllen = 0;
+    } else {
         struct cmsghdr *c = CMSG_FIRSTHDR(&m);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
@@ -185,17 +196,8 @@ static int send_with_fd(int fd, const void *buf, size_t len, int passed)
 static int recv_with_fd(int fd, void *buf, size_t len, int *passed)
 {
     struct iovec iov = {buf, len};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    memset(&ctl, 0, sizeof ctl);
-    m.msg_control = ctl.buf;
-    m.msg_controllen = sizeof ctl.buf;
+    fd_control_t ctl;
+    struct msghdr m = message(&iov, &ctl);
     ssize_t n;
     do n = recvmsg(fd, &m, MSG_WAITALL | MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
@@ -210,13 +212,25 @@ static int recv_with_fd(int fd, void *buf, size_t len, int *passed)
     return -1;
 }
 
-static int socket_name(char *out, size_t cap, uint32_t uid, uint32_t pid, const uint8_t server[8])
+static const char *ipc_dir(void)
 {
     const char *dir = cupool_option_string(CUPOOL_OPT_IPC_DIR);
-    if (!dir || !*dir) dir = "/dev/shm";
+    return dir && *dir ? dir : "/dev/shm";
+}
+
+/* The address of the socket at path (shorter than sun_path: socket_name). */
+static struct sockaddr_un socket_address(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    return a;
+}
+
+static int socket_name(char *out, size_t cap, uint32_t uid, uint32_t pid, const uint8_t server[8])
+{
     char hex[17];
     for (int i = 0; i < 8; i++) snprintf(hex + 2 * i, 3, "%02x", server[i]);
-    int n = snprintf(out, cap, "%s/%s%u.%u.%s", dir, IPC_SOCKET_PREFIX, uid, pid, hex);
+    int n = snprintf(out, cap, "%s/%s%u.%u.%s", ipc_dir(), IPC_SOCKET_PREFIX, uid, pid, hex);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
@@ -281,12 +295,9 @@ static int answer(conn_t *k)
         return -1;
     }
     reply.status = CUDA_SUCCESS;
-    reply.device = e->origin.owner->device->ordinal;
-    reply.size = e->origin.size;
     reply.pool_key = e->pool_key;
     reply.data = e->data;
-    int fd = pool_fds[e->pool_key / CUPOOL_POOLS_PER_DEVICE][e->pool_key % CUPOOL_POOLS_PER_DEVICE];
-    if (send_with_fd(k->fd, &reply, sizeof reply, fd) != 0) return -1;
+    if (send_with_fd(k->fd, &reply, sizeof reply, pool_fds[e->pool_key]) != 0) return -1;
     e->opens++;
     k->bound = 1;
     memcpy(k->tag, req.tag, 16);
@@ -379,10 +390,10 @@ static void fork_child(void)
 {
     for (int i = 0; i < nconns; i++) close(conns[i].fd);
     for (int i = 0; i < nimports; i++) close(imports[i].conn);
-    for (int d = 0; d < CUPOOL_MAX_DEVICES; d++)
-        for (int p = 0; p < CUPOOL_POOLS_PER_DEVICE; p++)
-            if (pool_fds[d][p] > 0) close(pool_fds[d][p]);
-    memset(pool_fds, 0, sizeof pool_fds);
+    for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(pool_fds); i++) {
+        if (pool_fds[i] >= 0) close(pool_fds[i]);
+        pool_fds[i] = -1;
+    }
     if (listen_fd >= 0) close(listen_fd);
     for (int i = 0; i < 2; i++)
         if (wake_fds[i] >= 0) close(wake_fds[i]);
@@ -396,6 +407,7 @@ static void fork_child(void)
 
 static void ipc_init(void)
 {
+    for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(pool_fds); i++) pool_fds[i] = -1;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
@@ -406,8 +418,7 @@ static void remove_stale_sockets(void)
 {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "%s%u.", IPC_SOCKET_PREFIX, (unsigned)geteuid());
-    const char *dir = cupool_option_string(CUPOOL_OPT_IPC_DIR);
-    if (!dir || !*dir) dir = "/dev/shm";
+    const char *dir = ipc_dir();
     char path[sizeof socket_path];
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return;
@@ -425,8 +436,7 @@ static void remove_stale_sockets(void)
         if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) continue;
         int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (s < 0) break;
-        struct sockaddr_un a = {.sun_family = AF_UNIX};
-        memcpy(a.sun_path, path, (size_t)n + 1);
+        struct sockaddr_un a = socket_address(path);
         if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED) unlink(path);
         close(s);
     }
@@ -455,8 +465,7 @@ static int serve_try(void)
     remove_stale_sockets();
     listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listen_fd < 0) return -1;
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    memcpy(a.sun_path, socket_path, strlen(socket_path) + 1);
+    struct sockaddr_un a = socket_address(socket_path);
     /* Created owner-only (0700 under umask 077, then 0600): nobody else may even connect. */
     mode_t old = umask(077);
     int bound = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
@@ -509,21 +518,15 @@ CUresult cupool_ipc_export(CUipcMemHandle *handle, const cupool_origin_t *o)
     if (serve_start() != 0) goto out;
     export_t *e = export_by_ptr(o->ptr);
     if (!e) {
-        int *fd = &pool_fds[dev->ordinal][index];
-        if (*fd <= 0) {
-            int got = -1;
-            r = real_cuMemPoolExportToShareableHandle(&got, o->pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-            if (r != CUDA_SUCCESS) goto out;
-            /* Kept away from 0, which means "none yet", and from the exec'd. */
-            if (got == 0) {
-                int moved = fcntl(got, F_DUPFD_CLOEXEC, 1);
-                close(got);
-                got = moved;
-            } else {
-                fcntl(got, F_SETFD, FD_CLOEXEC);
+        uint64_t pool_key = (uint64_t)dev->ordinal * CUPOOL_POOLS_PER_DEVICE + (uint64_t)index;
+        int *fd = &pool_fds[pool_key];
+        if (*fd < 0) {
+            r = real_cuMemPoolExportToShareableHandle(fd, o->pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            if (r != CUDA_SUCCESS) {
+                *fd = -1;
+                goto out;
             }
-            if (got < 0) goto out;
-            *fd = got;
+            fcntl(*fd, F_SETFD, FD_CLOEXEC); /* kept from the programs this one execs */
         }
         CUmemPoolPtrExportData data;
         r = real_cuMemPoolExportPointer(&data, o->ptr);
@@ -536,7 +539,7 @@ CUresult cupool_ipc_export(CUipcMemHandle *handle, const cupool_origin_t *o)
         if (getrandom(e->tag, sizeof e->tag, 0) != (ssize_t)sizeof e->tag) goto out;
         e->origin = *o;
         e->data = data;
-        e->pool_key = (uint64_t)dev->ordinal * CUPOOL_POOLS_PER_DEVICE + (uint64_t)index;
+        e->pool_key = pool_key;
         nexports++;
         if (cupool_origin_mark_exported(o->ptr) != 0) {
             /* Freed meanwhile by another thread: no handle for it. */
@@ -632,8 +635,7 @@ static CUresult ask_exporter(const ipc_handle_t *h, int *conn, ipc_reply_t *repl
     struct timeval limit = {.tv_sec = IPC_ANSWER_S};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    memcpy(a.sun_path, path, strlen(path) + 1);
+    struct sockaddr_un a = socket_address(path);
     ipc_request_t req;
     memcpy(req.magic, IPC_MAGIC, 8);
     memcpy(req.tag, h->tag, sizeof req.tag);
