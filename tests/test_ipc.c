@@ -478,6 +478,15 @@ static int sockets(void)
     return 0;
 }
 
+/* Starts this program as an exporter of its own (`--exporter`) and reads
+ * the handle it prints, as hex. */
+static void exporter_start(importer_t *ex, char *hex, size_t cap)
+{
+    const char *args[] = {"--exporter", NULL};
+    spawn_self(ex, args, 0);
+    if (!importer_line(ex, hex, cap) || strlen(hex) != 128) CHECK_FAIL("the exporter printed no handle");
+}
+
 /* The exporter is killed while another process has its block open: that
  * process closes it and goes on; the handle then fails; the dead
  * exporter's socket is removed by the next process that makes one. */
@@ -485,10 +494,8 @@ static int exporter_dies(void)
 {
     const char *dir = getenv("CUPOOL_IPC_DIR");
     importer_t ex;
-    const char *args[] = {"--exporter", NULL};
-    spawn_self(&ex, args, 0);
     char hex[256];
-    if (!importer_line(&ex, hex, sizeof hex) || strlen(hex) != 128) CHECK_FAIL("the exporter printed no handle");
+    exporter_start(&ex, hex, sizeof hex);
     importer_t im;
     importer_start(&im, hex, "open,check:77777777,say:opened,wait,close", 0);
     importer_expect(&im, "open CUDA_SUCCESS");
@@ -518,10 +525,8 @@ static int exporter_dies(void)
 static int exporter_stopped(void)
 {
     importer_t ex;
-    const char *args[] = {"--exporter", NULL};
-    spawn_self(&ex, args, 0);
     char hex[256];
-    if (!importer_line(&ex, hex, sizeof hex) || strlen(hex) != 128) CHECK_FAIL("the exporter printed no handle");
+    exporter_start(&ex, hex, sizeof hex);
     kill(ex.pid, SIGSTOP);
     importer_t im;
     importer_start(&im, hex, "open", 0);
