@@ -91,7 +91,7 @@ typedef struct op {
 typedef struct slot {
     CUdeviceptr ptr;
     atomic_int state; /* 0 not yet allocated, 1 allocated, 2 allocation failed, 3 freed */
-    int dev;
+    int dev;          /* the logged device (-1: none), once allocated the replay device */
     uint8_t mem, api; /* TRACE_MEM_*, API_* */
     unsigned flags;   /* cuMemHostAlloc's and cuMemAllocManaged's */
 } slot_t;
@@ -185,7 +185,9 @@ static int load_trace(const char *path)
                 cap_slots = cap_slots ? cap_slots * 2 : 1024;
                 slots = trace_xrealloc(slots, cap_slots * sizeof *slots);
             }
-            int dev = r->dev < 0 ? 0 : r->dev;
+            /* Pinned host and managed memory lines name no device (-1): such
+             * a block is made in the context current on its replay thread. */
+            int dev = r->dev >= 0 ? r->dev : r->mem == TRACE_MEM_DEVICE ? 0 : -1;
             if (dev >= MAX_DEVICES) dev %= MAX_DEVICES;
             if (dev + 1 > trace_devices) trace_devices = dev + 1;
             slots[nslots].ptr = 0;
@@ -217,6 +219,7 @@ static int load_trace(const char *path)
         HASH_DEL(live, l);
         free(l);
     }
+    if (nslots && trace_devices < 1) trace_devices = 1;
     trace_free(&t);
     return 0;
 }
@@ -333,7 +336,7 @@ static void *run_thread(void *arg)
             while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
             }
         }
-        int dev = replay_device(op->dev);
+        int dev = op->dev >= 0 ? replay_device(op->dev) : current >= 0 ? current : 0;
         counts_t *c = &th->by_mem[s->mem];
         if (op->kind == OP_ALLOC) {
             if (dev != current) {
@@ -362,6 +365,7 @@ static void *run_thread(void *arg)
                 continue;
             }
             s->ptr = host ? (CUdeviceptr)(uintptr_t)host : p;
+            s->dev = dev; /* the replay device, for the free of a block the log never freed */
             atomic_store_explicit(&s->state, 1, memory_order_release);
             /* Device memory's footprint only: pinned host memory is the
              * host's, and managed memory occupies a device once touched. */

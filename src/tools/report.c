@@ -161,6 +161,11 @@ static void account(const trace_t *t, const trace_record_t *r)
         b = find_block(r->ptr, r->file);
         if (b && dev < 0) dev = b->dev; /* native frees do not know their device */
         if (b) mem = b->mem;            /* cuMemFree frees managed memory too */
+    } else if (r->kind == TRACE_OTHER && dev < 0 && r->ptr) {
+        /* A call of no device on a pinned host or managed block (cuMemAdvise,
+         * cuStreamAttachMemAsync) is that memory's. */
+        block_t *on = find_block(r->ptr, r->file);
+        if (on) mem = on->mem;
     }
     device_t *d = section(t, mem, dev);
     d->calls[r->call]++;
@@ -459,7 +464,7 @@ static void draw_panel(FILE *f, const device_t *d, int mem, const char *label, d
             LEFT + PLOT_W - 120, top + 18, LEFT + PLOT_W - 96, top + 18, LEFT + PLOT_W - 90, top + 22);
 }
 
-static void draw_histogram(FILE *f, double top)
+static void draw_histogram(FILE *f, double top, int device_only)
 {
     int first = -1, last = -1;
     uint64_t most = 0;
@@ -470,9 +475,9 @@ static void draw_histogram(FILE *f, double top)
             if (hist_all[b] > most) most = hist_all[b];
         }
     double y0 = top + PANEL_TOP;
-    fprintf(f, "<g class=\"histogram\">\n<text class=\"title\" x=\"%d\" y=\"%.0f\">allocation sizes (powers of two, "
+    fprintf(f, "<g class=\"histogram\">\n<text class=\"title\" x=\"%d\" y=\"%.0f\">%sallocation sizes (powers of two, "
                "all devices)</text>\n",
-            LEFT, top + 22);
+            LEFT, top + 22, device_only ? "" : "device memory: ");
     fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%.0f\" width=\"%d\" height=\"%d\"/>\n", LEFT, y0, PLOT_W, PLOT_H);
     if (first >= 0) {
         int n = last - first + 1;
@@ -554,7 +559,7 @@ static int write_picture(const char *path, char **logs, int nlogs, double span_n
         draw_panel(f, &memories[m], m, memory_names[m], span_ns, top);
         top += PANEL_H;
     }
-    draw_histogram(f, top);
+    draw_histogram(f, top, !kind_panels);
     fprintf(f, "</svg>\n");
     if (html) fprintf(f, "</body></html>\n");
     int bad = ferror(f);

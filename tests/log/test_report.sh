@@ -7,14 +7,21 @@
 # XML with a step line per device and series, one per kind of memory other
 # than device memory, and a bar per size class; and the device sections
 # and picture of a log do not change when its host and managed lines go.
+# Last, real logs: gen_kinds run under cupool (run-test.sh has set
+# CUPOOL_LIBRARY and the simulated driver), with the kept store and without
+# (CUPOOL_HOST=0 CUPOOL_MANAGED=0), read the same way and compared with what
+# the program says it did and with cupool's own statistics.
 # Skipped (77) without python3.
 builddir=${CUPOOL_BUILDDIR:-.}
 srcdir=${CUPOOL_SRCDIR:-..}
 report=$builddir/cupool-report
 sample=$srcdir/tests/log/sample.jsonl
 kinds=$srcdir/tests/log/kinds.jsonl
+gen_kinds=$builddir/tests/log/gen_kinds
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
 [ -x "$report" ] || { echo "no $report"; exit 99; }
+[ -x "$gen_kinds" ] || { echo "no $gen_kinds"; exit 99; }
+[ -n "$CUPOOL_LIBRARY" ] || { echo "CUPOOL_LIBRARY not set: run through tests/run-test.sh"; exit 99; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-test-report.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "test_report: $*" >&2; exit 1; }
@@ -61,6 +68,8 @@ for r in records:
         if d < 0:
             d = live[ptr][1]
         mem = live[ptr][2]  # a free frees what its pointer was allocated as
+    elif call not in ALLOC and d < 0 and ptr in live and live[ptr][2] != "device":
+        mem = live[ptr][2]  # cuMemAdvise of a managed block, say
     name = KIND_SECTION.get(mem) or dev_name(d)
     s = dev(name)
     s["calls"][call] = s["calls"].get(call, 0) + 1
@@ -218,6 +227,61 @@ grep -q -e 'host-in-use' -e 'managed-in-use' -e 'class="host"' -e 'class="manage
     fail "a log of device memory alone drew host or managed memory"
 grep -q -e '^pinned host memory:' -e '^managed memory:' "$tmp/device-only.summary" &&
     fail "a log of device memory alone printed host or managed memory"
+
+# Real logs of gen_kinds.  In each, a kind's section counts what the
+# program did (its allocations, frees, peak and final bytes in use), its
+# kept= numbers are those of cupool's statistics, and no call is left to no
+# device (cuMemAdvise of a managed block is managed memory's; so is a
+# cuMemFree of it that names no kind, as without the kept store).
+section_value() { # SUMMARY SECTION FIELD: the first number of "  FIELD: ..."
+    sed -n "/^$2:\$/,/^[a-z].*:\$/p" "$1" | sed -n "s/^  $3: \([0-9]*\).*/\1/p"
+}
+section_kept() { # SUMMARY SECTION FIELD: the kept= number of "  FIELD: ..."
+    sed -n "/^$2:\$/,/^[a-z].*:\$/p" "$1" | sed -n "s/^  $3: .* kept=\([0-9]*\) .*/\1/p"
+}
+for setting in kept CUPOOL_HOST=0; do
+    case $setting in
+    kept) set -- ;;
+    *) set -- CUPOOL_HOST=0 CUPOOL_MANAGED=0 ;;
+    esac
+    log=$tmp/gen-$setting.jsonl
+    env "$@" LD_PRELOAD="$CUPOOL_LIBRARY" CUPOOL_LOG="$log" CUPOOL_STATS=1 "$gen_kinds" \
+        >"$tmp/gen.out" 2>"$tmp/gen.err"
+    rc=$?
+    [ $rc -eq 77 ] && { echo "gen_kinds skipped (fewer than two devices)"; break; }
+    [ $rc -eq 0 ] || { cat "$tmp/gen.out" "$tmp/gen.err"; fail "gen_kinds failed ($setting)"; }
+    grep -q '"kind":"host"' "$log" && grep -q '"kind":"managed"' "$log" || fail "$setting: no host or managed lines"
+    run_checks "$log"
+    summary=$tmp/gen-$setting.summary
+    grep -q '^no device:' "$summary" && fail "$setting: calls left to no device"
+    want() { sed -n "s/^$1=//p" "$tmp/gen.out"; }
+    for kind in host managed; do
+        case $kind in host) section='pinned host memory' ;; *) section='managed memory' ;; esac
+        for field in allocations frees 'peak in use' 'in use at end'; do
+            case $field in
+            allocations) key=${kind}_allocs ;; frees) key=${kind}_frees ;;
+            'peak in use') key=${kind}_peak ;; *) key=${kind}_end ;;
+            esac
+            have=$(section_value "$summary" "$section" "$field")
+            [ "$have" = "$(want $key)" ] || fail "$setting: $section $field: report says '$have', gen_kinds '$(want $key)'"
+        done
+        # cupool's statistics: "allocations A (served by kept blocks K), frees F (kept KF)".
+        stats=$(sed -n "/^cupool:   $section:\$/{n;p;}" "$tmp/gen.err" |
+            sed -n 's/.*allocations \([0-9]*\) (served by kept blocks \([0-9]*\)), frees \([0-9]*\) (kept \([0-9]*\)).*/\2 \4/p')
+        kept="$(section_kept "$summary" "$section" allocations) $(section_kept "$summary" "$section" frees)"
+        if [ "$setting" = kept ]; then
+            [ "$stats" = "$kept" ] || { cat "$tmp/gen.err"; fail "$section: kept allocations and frees '$kept', cupool's statistics '$stats'"; }
+            [ "$kept" != "0 0" ] || fail "$section: no kept block served under cupool"
+        else
+            [ "$kept" = "0 0" ] || fail "$setting: $section: kept '$kept'"
+        fi
+    done
+done
+if [ -f "$tmp/gen-CUPOOL_HOST=0.jsonl" ]; then
+    grep -q '"call":"cuMemFree_v2"' "$tmp/gen-CUPOOL_HOST=0.jsonl" &&
+        ! grep '"call":"cuMemFree_v2"' "$tmp/gen-CUPOOL_HOST=0.jsonl" | grep -q '"kind":"managed"' ||
+        fail "without the kept store a cuMemFree of managed memory names its kind: the match by pointer went untested"
+fi
 
 # HTML output holds the same picture.
 "$report" -q -o "$tmp/out.html" "$sample" >"$tmp/quiet" || fail "cupool-report -o out.html failed"
