@@ -298,6 +298,9 @@ static int keep(tracked_t *t, const kept_id_t *id)
 int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int *route, CUresult *result)
 {
     if (!ptr || !cupool_active()) return 0;
+    /* The context freeing it is among those fenced, even if it allocated
+     * nothing through cupool before. */
+    cupool_current_context();
     pthread_mutex_lock(&kept_lock);
     tracked_t *t = NULL;
     if (tracked) HASH_FIND(hh, tracked, &ptr, sizeof ptr, t);
