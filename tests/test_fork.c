@@ -7,6 +7,10 @@
  * with dlsym.  What the driver answers a forked child is its business (the
  * simulator serves it; a GPU driver refuses): only a clean exit is asserted.
  * The parent carries on allocating afterwards with its statistics intact.
+ * Last, a child that ends with exit() (the driver's exit-time teardown in a
+ * child of a process with pools crashes on a GPU: cupool ends such an exit
+ * itself) keeps its exit status, its buffered output and the handlers it
+ * registered.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -63,6 +67,43 @@ static void in_child(void)
     _exit(g == 0 ? 0 : 3);
 }
 
+static void said_goodbye(void)
+{
+    printf(" and its handler ran");
+}
+
+/* A child that returns through exit(): its status, buffered output and
+ * handlers as without cupool. */
+static void child_exits(void)
+{
+    int out[2];
+    CHECK_EQ(pipe(out), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK_TRUE(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        dup2(out[1], 1);
+        close(out[0]);
+        atexit(said_goodbye);
+        printf("the child exits");
+        exit(5);
+    }
+    close(out[1]);
+    char text[128] = {0};
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof text - 1 && (n = read(out[0], text + got, sizeof text - 1 - got)) > 0) got += (size_t)n;
+    close(out[0]);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status)) CHECK_FAIL("a child calling exit(5) died of signal %d", WTERMSIG(status));
+    CHECK_TRUE(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 5);
+    CHECK_TRUE(strcmp(text, "the child exits and its handler ran") == 0);
+    printf("a child's exit(5): status 5, \"%s\"\n", text);
+}
+
 int main(void)
 {
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
@@ -98,5 +139,6 @@ int main(void)
     CHECK_EQ(s.pooled_allocs, s.pooled_frees);
     CHECK_EQ(s.pooled_allocs, THREADS * FORKS * 50 + FORKS);
     printf("parent: %d forks, %llu pooled allocations, all freed\n", FORKS, (unsigned long long)s.pooled_allocs);
+    child_exits();
     return 0;
 }

@@ -412,6 +412,13 @@ void cupool_trim_device(cupool_context_t *c)
     atomic_fetch_add(&cupool_stats_for(dev->ordinal)->trims, 1);
 }
 
+int cupool_pools_in_use(void)
+{
+    for (int d = 0; d < CUPOOL_MAX_DEVICES; d++)
+        if (devices_ready[d] && devices[d].pooled) return 1;
+    return 0;
+}
+
 int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg)
 {
     int stop = 0;

@@ -205,6 +205,8 @@ CUresult cupool_free_sync(const cupool_origin_t *o);
 void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
+/* Whether any device's allocations are served from pools. */
+int cupool_pools_in_use(void);
 /* Calls fn for every context cupool knows, in turn, none torn down
  * meanwhile; stops at the first that returns nonzero and returns that. */
 int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg);

@@ -13,8 +13,10 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the table generated from symbols.h ---------------------------------- */
 
@@ -56,13 +58,37 @@ static void at_exit(void)
     cupool_log_flush();
 }
 
+/* A forked child of a process that allocated from memory pools dies in
+ * the driver's exit-time teardown when it calls exit() (SIGSEGV inside
+ * libcuda.so.1, driver 580 on an H200; a child of a process without pools
+ * exits cleanly).  The child cannot use CUDA anyway, and the driver has
+ * nothing of its own to release there: so such a child's exit ends here,
+ * with its status and its stdio flushed, once the handlers registered
+ * after cuInit have run. */
+static int child_of_pools;
+
+static void fork_child(void)
+{
+    child_of_pools = cupool_pools_in_use();
+}
+
+static void leave_child(int status, void *arg)
+{
+    (void)arg;
+    if (!child_of_pools) return;
+    fflush(NULL);
+    _exit(status);
+}
+
 static void start(void)
 {
     if (cupool_option(CUPOOL_OPT_VERBOSE)) cupool_options_print();
     cupool_log_open();
     cupool_hot.timing = cupool_log_level >= 0 || cupool_option(CUPOOL_OPT_STATS);
     cupool_hot.count_used = cupool_hot.timing || cupool_option(CUPOOL_OPT_LIMIT) != CUPOOL_SIZE_UNLIMITED;
+    on_exit(leave_child, NULL);
     atexit(at_exit);
+    pthread_atfork(NULL, NULL, fork_child);
     cupool_engine_start();
     cupool_live_start();
     atomic_store(&cupool_hot.started, 1);
