@@ -42,7 +42,9 @@ static const struct {
 };
 
 /* The allocation shims' common part; a NULL out pointer or size 0 gets the
- * driver's own answer. */
+ * driver's own answer, and so does an allocation while a stream capture is
+ * in progress (in the global capture mode the driver refuses it and
+ * invalidates the capture, which a kept block would hide). */
 static CUresult allocate(cupool_call_t *call, enum cupool_kept_kind kind, uintptr_t *ptr, int valid, size_t size,
                          unsigned flags)
 {
@@ -50,7 +52,7 @@ static CUresult allocate(cupool_call_t *call, enum cupool_kept_kind kind, uintpt
     call->size = size;
     call->flags = flags;
     call->route = CUPOOL_ROUTE_NATIVE;
-    CUresult r = valid && size && cupool_kept_serves(kind)
+    CUresult r = valid && size && !cupool_capturing() && cupool_kept_serves(kind)
                      ? cupool_kept_alloc(kind, kinds[kind].driver, ptr, size, flags, &call->route)
                      : CUDA_ERROR_NOT_FOUND;
     if (r == CUDA_SUCCESS) call->ptr = (CUdeviceptr)*ptr;
