@@ -131,11 +131,15 @@ static kept_key_t *find_key(const kept_id_t *id)
     return key;
 }
 
-/* Takes b, the oldest block of its key, out of the store. */
-static void unlink_oldest(kept_key_t *key, kept_block_t *b)
+/* Takes b out of the store: out of its key's list (short: blocks of one
+ * size, flags and context) and its class's. */
+static void unlink_block(kept_key_t *key, kept_block_t *b)
 {
     int host = is_host(b->id.kind);
-    key->oldest = b->next;
+    kept_block_t **p = &key->oldest, *before = NULL;
+    for (; *p != b; p = &(*p)->next) before = *p;
+    *p = b->next;
+    if (key->newest == b) key->newest = before;
     if (!key->oldest) {
         HASH_DEL(keys, key);
         free(key);
@@ -179,7 +183,7 @@ static int link_newest(kept_block_t *b)
 static void drop_oldest(int host)
 {
     kept_block_t *b = oldest[host];
-    unlink_oldest(find_key(&b->id), b);
+    unlink_block(find_key(&b->id), b);
     forget_fences(b);
     driver_free(b->id.kind, b->ptr, b->id.owner);
     HASH_DEL(tracked, b->t);
@@ -208,7 +212,7 @@ static uintptr_t take_kept(const kept_id_t *id)
     if (!key || !fences_passed(key->oldest)) return 0;
     kept_block_t *b = key->oldest;
     b->t->kept = b->t->touched = 0;
-    unlink_oldest(key, b);
+    unlink_block(key, b);
     uintptr_t ptr = b->ptr;
     free(b);
     return ptr;
@@ -380,21 +384,7 @@ void cupool_kept_forget_context(cupool_context_t *c, int alive)
                 b->fences[i--] = b->fences[--b->nfences];
             }
             if (b->id.owner != c) continue;
-            /* From the middle of its key's list, which is short. */
-            kept_key_t *key = find_key(&b->id);
-            kept_block_t **p = &key->oldest, *before = NULL;
-            for (; *p != b; p = &(*p)->next) before = *p;
-            *p = b->next;
-            if (key->newest == b) key->newest = before;
-            if (!key->oldest) {
-                HASH_DEL(keys, key);
-                free(key);
-            }
-            if (b->older) b->older->newer = b->newer;
-            else oldest[host] = b->newer;
-            if (b->newer) b->newer->older = b->older;
-            else newest[host] = b->older;
-            set_kept_bytes(host, kept_bytes[host] - b->id.size);
+            unlink_block(find_key(&b->id), b);
             forget_fences(b);
             /* Natively the context's memory goes with it. */
             if (alive) driver_free(b->id.kind, b->ptr, NULL);
