@@ -94,6 +94,10 @@ static const option_case_t options[] = {
     {"CUPOOL_LIVE_DIR", "/dev/shm", {NULL}, {NULL}}, /* any text is a directory: tests/test_live.sh */
     {"CUPOOL_IPC", "1", {"0", "1", "off", "on"}, {"2", "ipc"}},
     {"CUPOOL_IPC_DIR", "/dev/shm", {NULL}, {NULL}}, /* any text is a directory: tests/test_ipc.c */
+    {"CUPOOL_HOST", "1", {"0", "1", "off", "on"}, {"2", "pinned"}},
+    {"CUPOOL_HOST_KEEP", "1G", {"0", "256M", "unlimited"}, {"-1", "lots", "25%"}},
+    {"CUPOOL_MANAGED", "1", {"0", "1", "off", "on"}, {"2", "managed"}},
+    {"CUPOOL_MANAGED_KEEP", "1G", {"0", "64M", "unlimited"}, {"-1G", "some", "50%"}},
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 

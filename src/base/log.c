@@ -704,6 +704,11 @@ static size_t format_call(char *text, const cupool_call_t *c, CUresult result, u
     put_u64(l, end_ns - c->start_ns);
     put_lit(l, ",\"reserved\":");
     put_u64(l, c->reserved);
+    if (c->kind != CUPOOL_KIND_DEVICE) {
+        if (c->kind == CUPOOL_KIND_HOST) put_lit(l, ",\"kind\":\"host\",\"flags\":");
+        else put_lit(l, ",\"kind\":\"managed\",\"flags\":");
+        put_u64(l, c->flags);
+    }
     put_lit(l, "}\n");
     return (size_t)(l->p - text);
 }

@@ -19,7 +19,13 @@ typedef struct cupool_call {
     int route;           /* enum cupool_route */
     int mode;            /* CUPOOL_FREE_* in effect, -1 none */
     uint64_t reserved;   /* pool bytes reserved after the call, when known */
+    int kind;            /* enum cupool_kind: what memory an allocation or free is of */
+    unsigned flags;      /* a pinned host or managed allocation's flags */
 } cupool_call_t;
+
+/* The memory a call allocates or frees: the log's "kind", written for the
+ * kinds other than device memory. */
+enum cupool_kind { CUPOOL_KIND_DEVICE, CUPOOL_KIND_HOST, CUPOOL_KIND_MANAGED };
 
 static inline void cupool_call_begin(cupool_call_t *c, int sym)
 {
@@ -32,6 +38,8 @@ static inline void cupool_call_begin(cupool_call_t *c, int sym)
     c->route = CUPOOL_ROUTE_NONE;
     c->mode = -1;
     c->reserved = 0;
+    c->kind = CUPOOL_KIND_DEVICE;
+    c->flags = 0;
 }
 /* Counts the call, logs it, returns result unchanged.  Inline: without
  * log or statistics timing (start_ns 0) a call only counts itself. */

@@ -42,7 +42,13 @@
     X(IPC, "CUPOOL_IPC", BOOL, "1", NULL,                                                                        \
       "make pools exportable so that cuIpcGetMemHandle works on pooled memory between processes under cupool")   \
     X(IPC_DIR, "CUPOOL_IPC_DIR", STRING, "/dev/shm", NULL,                                                       \
-      "directory of the socket through which other processes open this one's IPC handles")
+      "directory of the socket through which other processes open this one's IPC handles")                  \
+    X(HOST, "CUPOOL_HOST", BOOL, "1", NULL,                                                                      \
+      "keep freed pinned host memory (cuMemAllocHost, cuMemHostAlloc) for the next allocation of its call, flags and size") \
+    X(HOST_KEEP, "CUPOOL_HOST_KEEP", SIZE, "1G", NULL, "bytes of freed pinned host memory the process keeps for reuse") \
+    X(MANAGED, "CUPOOL_MANAGED", BOOL, "1", NULL,                                                                \
+      "keep freed managed memory (cuMemAllocManaged) for the next allocation of its flags and size")          \
+    X(MANAGED_KEEP, "CUPOOL_MANAGED_KEEP", SIZE, "1G", NULL, "bytes of freed managed memory the process keeps for reuse")
 
 enum cupool_option {
 #define CUPOOL_OPTION_ENUM(id, ...) CUPOOL_OPT_##id,

@@ -20,6 +20,7 @@
 /* The rare counters (trims, OOM retries, rewritten memsets, peaks), one set
  * per device; the last slot collects what happened on no known device. */
 cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
+cupool_kept_stats_t cupool_kept_stats[2];
 
 cupool_device_stats_t *cupool_stats_for(int device)
 {
@@ -413,6 +414,17 @@ void cupool_stats_print(void)
             fprintf(out, "cupool:     pool calls made for waiting threads by the one in front of the driver queue %llu\n",
                     LOAD(s->queued_calls));
         estimate += count[HOT_ESTIMATE_NS];
+    }
+    for (int k = CUPOOL_KEPT_STATS_HOST; k >= CUPOOL_KEPT_STATS_MANAGED; k--) {
+        cupool_kept_stats_t *s = &cupool_kept_stats[k];
+        if (!LOAD(s->allocs) && !LOAD(s->frees)) continue;
+        char b1[32], b2[32];
+        fprintf(out, "cupool:   %s memory:\n", k == CUPOOL_KEPT_STATS_HOST ? "pinned host" : "managed");
+        fprintf(out, "cupool:     allocations %llu (served by kept blocks %llu), frees %llu (kept %llu)\n",
+                LOAD(s->allocs), LOAD(s->reused), LOAD(s->frees), LOAD(s->kept_frees));
+        fprintf(out, "cupool:     kept now %s, at most %s; handed back: for the limit %llu, out of memory %llu\n",
+                human((double)LOAD(s->kept_bytes), b1, sizeof b1), human((double)LOAD(s->peak_kept), b2, sizeof b2),
+                LOAD(s->limit_frees), LOAD(s->oom_frees));
     }
     double spent = (double)hot_total(offsetof(hot_t, time_ns)) / 1e6;
     fprintf(out, "cupool:   time in cupool %.3f ms; native calls would have cost about %.3f ms (saved about %.3f ms)\n",

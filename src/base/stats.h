@@ -71,6 +71,16 @@ void cupool_stats_reserved(int device, uint64_t reserved, uint64_t ready, uint64
 /* cupool holds `ready` bytes in a context's ready store and `waiting`
  * waiting for their fences (for the most held at once). */
 void cupool_stats_held(int device, uint64_t ready, uint64_t waiting);
+/* Pinned host and managed memory the engine's kept store tracks
+ * (engine/kept_store.c), [CUPOOL_KEPT_STATS_HOST] and [..._MANAGED]. */
+enum { CUPOOL_KEPT_STATS_MANAGED, CUPOOL_KEPT_STATS_HOST };
+typedef struct {
+    atomic_ullong allocs, reused;          /* allocations tracked, of them served by a kept block */
+    atomic_ullong frees, kept_frees;       /* frees of tracked blocks, of them kept */
+    atomic_ullong kept_bytes, peak_kept;   /* kept now, the most kept at once */
+    atomic_ullong limit_frees, oom_frees;  /* kept blocks handed back for the limit, for an out-of-memory retry */
+} cupool_kept_stats_t;
+extern cupool_kept_stats_t cupool_kept_stats[2];
 void cupool_stats_print(void);
 
 #endif

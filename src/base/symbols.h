@@ -26,6 +26,14 @@
     X(cuMemAllocPitch_v2,               "cuMemAllocPitch",                3020,  CUPOOL_ANY)    \
     X(cuMemFree_v2,                     "cuMemFree",                      3020,  CUPOOL_ANY)    \
     X(cuMemGetInfo_v2,                  "cuMemGetInfo",                   3020,  CUPOOL_ANY)    \
+    X(cuMemAllocHost_v2,                "cuMemAllocHost",                 3020,  CUPOOL_ANY)    \
+    X(cuMemHostAlloc,                   "cuMemHostAlloc",                 2020,  CUPOOL_ANY)    \
+    X(cuMemFreeHost,                    "cuMemFreeHost",                  2000,  CUPOOL_ANY)    \
+    X(cuMemAllocManaged,                "cuMemAllocManaged",              6000,  CUPOOL_ANY)    \
+    X(cuMemAdvise,                      "cuMemAdvise",                    8000,  CUPOOL_ANY)    \
+    X(cuMemAdvise_v2,                   "cuMemAdvise",                    12020, CUPOOL_ANY)    \
+    X(cuStreamAttachMemAsync,           "cuStreamAttachMemAsync",         6000,  CUPOOL_LEGACY) \
+    X(cuStreamAttachMemAsync_ptsz,      "cuStreamAttachMemAsync",         7000,  CUPOOL_PTDS)   \
     X(cuMemAllocAsync,                  "cuMemAllocAsync",                11020, CUPOOL_LEGACY) \
     X(cuMemAllocAsync_ptsz,             "cuMemAllocAsync",                11020, CUPOOL_PTDS)   \
     X(cuMemAllocFromPoolAsync,          "cuMemAllocFromPoolAsync",        11020, CUPOOL_LEGACY) \

@@ -378,3 +378,36 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
     c->npending = 0;
     CUPOOL_HINT_WRITE(c->deferred_bytes, 0);
 }
+
+/* ---- fences for the kept store (kept_store.c) ------------------------------ */
+
+CUresult cupool_fence_record(cupool_context_t *c, CUevent *fence)
+{
+    pthread_mutex_lock(&c->lock);
+    int pushed = cupool_enter_context(c->ctx);
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    CUevent ev = take_event(c);
+    CUresult r = ev ? cupool_record_fence_gated(c, ev) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) *fence = ev;
+    else if (ev) give_event(c, ev);
+    cupool_relaxed_end(previous);
+    cupool_leave_context(pushed);
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
+int cupool_fence_passed(cupool_context_t *c, CUevent fence, int wait)
+{
+    CUresult r = wait ? real_cuEventSynchronize(fence) : real_cuEventQuery(fence);
+    /* Any error but "not ready" means the event will never say more. */
+    if (r == CUDA_ERROR_NOT_READY) return 0;
+    cupool_fence_forget(c, fence);
+    return 1;
+}
+
+void cupool_fence_forget(cupool_context_t *c, CUevent fence)
+{
+    pthread_mutex_lock(&c->lock);
+    give_event(c, fence);
+    pthread_mutex_unlock(&c->lock);
+}

@@ -17,6 +17,7 @@
 
 #include "state.h"
 #include "ipc.h"
+#include "kept_store.h"
 
 /* Starts the engine once the program's cuInit has succeeded (the shims'
  * start-up): fork handlers, the driver queue, what `ordered` keeps and

@@ -133,4 +133,14 @@ int cupool_context_fences(void);
  * c->lock not held. */
 CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held);
 
+/* A fence for a block kept outside the context's own store (kept_store.c):
+ * an event recorded after all the work submitted so far to the context, as
+ * a `deferred` batch's is; CUPOOL_CAPTURE_IN_PROGRESS while a capture is in
+ * progress.  c->lock not held. */
+CUresult cupool_fence_record(cupool_context_t *c, CUevent *fence);
+/* Whether the fence has completed (wait: once it has); a completed fence's
+ * event goes back to the context's spares, as does a forgotten one's. */
+int cupool_fence_passed(cupool_context_t *c, CUevent fence, int wait);
+void cupool_fence_forget(cupool_context_t *c, CUevent fence);
+
 #endif

@@ -14,6 +14,7 @@
  * too: the engine's start-up, and the teardown of a context's state.
  */
 #include "state.h"
+#include "kept_store.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -411,6 +412,15 @@ void cupool_trim_device(cupool_context_t *c)
     atomic_fetch_add(&cupool_stats_for(dev->ordinal)->trims, 1);
 }
 
+int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg)
+{
+    int stop = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (cupool_context_t *c = contexts; c && !stop; c = c->next) stop = fn(c, arg);
+    pthread_mutex_unlock(&registry_lock);
+    return stop;
+}
+
 /* ---- context teardown ---------------------------------------------------- */
 
 static void free_on_legacy(const cupool_origin_t *o, void *arg)
@@ -430,6 +440,7 @@ static void teardown_current(cupool_context_t *c)
     pthread_mutex_lock(&c->lock);
     cupool_deferred_drop(c, c->private_stream);
     pthread_mutex_unlock(&c->lock);
+    cupool_kept_forget_context(c, 1);
     if (c->device->pooled) {
         cupool_origin_drain(c, free_on_legacy, c);
         cupool_ipc_forget_context(c);
@@ -537,6 +548,7 @@ static void captures_ended(void);
 void cupool_engine_start(void)
 {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    cupool_kept_start();
     cupool_capture_on_end(captures_ended);
     cupool_queue_decide();
     /* Under CUPOOL_LIMIT the store keeps no block larger than itself
@@ -604,6 +616,7 @@ static void forget_dead_primary(cupool_context_t *c, int ordinal)
         real_cuDevicePrimaryCtxRelease_v2(ordinal);
     }
     /* The context's stream and events died with it: only host state is left. */
+    cupool_kept_forget_context(c, 0);
     destroy_state(c);
 }
 

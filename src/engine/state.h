@@ -205,6 +205,9 @@ CUresult cupool_free_sync(const cupool_origin_t *o);
 void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
+/* Calls fn for every context cupool knows, in turn, none torn down
+ * meanwhile; stops at the first that returns nonzero and returns that. */
+int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg);
 uint64_t cupool_device_reserved_unused(cupool_device_t *dev);
 /* For the live statistics page (live.c): per device ordinal, the free
  * modes in force (bit m: mode m), the contexts cupool keeps, whether pools

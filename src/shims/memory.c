@@ -5,7 +5,8 @@
  * each block came from.  Whatever cupool cannot serve (policy off, sizes out
  * of range, CUPOOL_LIMIT reached, a pool failure) goes to the real driver,
  * whose result the program then sees.  Out of memory: trim and retry, then
- * the real cuMemAlloc, then CUDA_ERROR_OUT_OF_MEMORY.
+ * the real cuMemAlloc, then CUDA_ERROR_OUT_OF_MEMORY.  A cuMemFree of
+ * managed memory goes to the kept store (engine/kept_store.c, shims/host.c).
  */
 #include "../engine/engine.h"
 
@@ -63,6 +64,8 @@ static void trim_for_retry(cupool_context_t *c)
 {
     atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
     cupool_trim_device(c);
+    /* Kept managed blocks may hold device memory too. */
+    cupool_kept_release(0);
 }
 
 static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size, cupool_call_t *call)
@@ -276,6 +279,13 @@ static CUresult free_general(CUdeviceptr dptr)
     int kept = 0;
     int claimed = dptr && cupool_active() ? cupool_origin_claim(dptr, &o, free_keeps, &kept) : -1;
     if (claimed < 0) {
+        /* Managed memory the kept store tracks: kept for the next
+         * allocation of its flags and size. */
+        CUresult managed;
+        if (cupool_kept_free(0, (uintptr_t)dptr, &call.size, &call.flags, &call.route, &managed)) {
+            call.kind = CUPOOL_KIND_MANAGED;
+            return cupool_call_end(&call, managed);
+        }
         /* Not ours (or nothing): the driver decides, errors included. */
         call.route = CUPOOL_ROUTE_NATIVE;
         CUresult r = real_cuMemFree_v2(dptr);
