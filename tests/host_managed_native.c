@@ -491,6 +491,29 @@ static CUresult free_during_capture(int managed)
     CUresult after = r == CUDA_SUCCESS ? CUDA_SUCCESS : hm_key_free(&k, p);
     return (CUresult)((int)r * 1000000 + (int)end * 1000 + (int)after);
 }
+/* An allocation on a thread with a global capture of its own in progress,
+ * a block of its call, flags and size freed (and its fence complete)
+ * before: the allocation's result and the capture's end. */
+static CUresult alloc_during_capture(int managed)
+{
+    CUstream s;
+    CUgraph g = NULL;
+    void *p, *q = NULL;
+    block_key_t k = managed ? (block_key_t)MANAGED(GLOBAL, 4096) : (block_key_t)HOSTALLOC(PORTABLE, 4096);
+    CHECK_CU(hm_key_alloc(&k, &p));
+    CHECK_CU(hm_key_free(&k, p));
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUresult r = hm_key_alloc(&k, &q);
+    CUresult end = cuStreamEndCapture(s, &g);
+    if (g) CHECK_CU(cuGraphDestroy(g));
+    CHECK_CU(cuStreamDestroy(s));
+    if (r == CUDA_SUCCESS) CHECK_CU(hm_key_free(&k, q));
+    return both(r, end);
+}
+static CUresult host_alloc_during_capture(void) { return alloc_during_capture(0); }
+static CUresult managed_alloc_during_capture(void) { return alloc_during_capture(1); }
 static CUresult free_host_during_capture(void) { return free_during_capture(0); }
 static CUresult free_managed_during_capture(void) { return free_during_capture(1); }
 /* A block of a context destroyed since, freed from the primary. */
@@ -583,6 +606,8 @@ static const struct row {
     {"cuMemFreeAsync(managed)", free_managed_async, 1},
     {"cuMemFreeHost during a global capture", free_host_during_capture, 1},
     {"cuMemFree(managed) during a global capture", free_managed_during_capture, 1},
+    {"cuMemHostAlloc during a global capture, a block freed before", host_alloc_during_capture, 1},
+    {"cuMemAllocManaged during a global capture, a block freed before", managed_alloc_during_capture, 1},
     {"cuMemFreeHost after its context was destroyed", free_host_after_ctx_destroy, 1},
     {"cuMemFree(managed) after its context was destroyed", free_managed_after_ctx_destroy, 1},
     {"cuMemFreeHost twice, its context destroyed between", free_host_twice_ctx_destroyed, 1},

@@ -19,7 +19,8 @@
  *               cuMemFreeHost of NULL, a bogus, a stack, an interior, a
  *               device and a managed pointer, cuMemFree of pinned memory,
  *               double frees, frees during a global capture and after the
- *               block's context was destroyed, calls before cuInit and
+ *               block's context was destroyed, allocations during a global
+ *               capture with a block of theirs kept, calls before cuInit and
  *               without a context: the driver's own result in every
  *               setting, and the program goes on (every block allocated
  *               afterwards is the program's, usable and served again).
