@@ -6,6 +6,7 @@ made by scripts/bench-gpu.sh:
   mkdir -p docs/img && cp bench-results/img/*.png bench-results/img/*.svg docs/img/
 
   python3 bench/make_report.py --summary bench-results   (the target table only, as text)
+  python3 bench/make_report.py --section host bench-results   (one section's Markdown)
 
 Missing results make "not measured" sections, so the document can be made
 before any GPU run.  Pictures are referenced as img/NAME.png (docs/img/).
@@ -19,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
 
-BENCHES = ("alloc", "torch", "cupy", "parity", "loop", "memset")
+BENCHES = ("alloc", "host", "torch", "cupy", "parity", "loop", "memset")
 
 
 def load(results, name):
@@ -138,6 +139,84 @@ def section_alloc(results):
     text.append(picture(results, "alloc", "time per allocation pair by size"))
     for n in d.get("notes", []):
         text.append("- " + n)
+    return "\n".join(text) + "\n"
+
+
+HOST_INTRO = """\
+`bench/host_bench` (stage `host` of `scripts/bench-gpu.sh`, driven by `bench/host_bench.py`) runs natively \
+and under cupool with its default settings, which keep a freed pinned host or managed block for the next \
+allocation of the same call, flags and size. *pairs*: an allocation + free pair, timed per kind and size \
+(warmed up, rounds sized to %(target_time)s s, median of %(reps)s rounds): `cuMemHostAlloc` with flags 0 \
+and with `PORTABLE|DEVICEMAP`, `cuMemAllocHost` (each + `cuMemFreeHost`), `cuMemAllocManaged(GLOBAL)` + \
+`cuMemFree`. *staging*: a program that pins a staging buffer per iteration: `cuMemHostAlloc`, the host \
+fills it, `cuMemcpyHtoDAsync` to a device buffer on a non-blocking stream, `cuMemsetD8Async` and \
+`cuMemcpyDtoDAsync` change it there, `cuMemcpyDtoHAsync` back into the pinned buffer, \
+`cuStreamSynchronize`, the host checks every word and folds it into a checksum, `cuMemFreeHost`. \
+*managed*: per iteration `cuMemAllocManaged`, the host writes it, `cuMemPrefetchAsync` to the device \
+(where the device has concurrent managed access), `cuMemsetD32Async` on a quarter of it, \
+`cuStreamSynchronize`, the host reads it into the checksum, `cuMemFree`. staging and managed run a fixed \
+number of iterations per round (%(round_bytes)s of buffers, 3 to 64 iterations), median of %(reps)s rounds after a \
+warm-up iteration; *alloc µs* is the part of an iteration spent in the allocation and free calls. Each mode \
+runs in a process per configuration, after one warm-up process, in %(rounds)s interleaved rounds: a time is \
+the median over the rounds of the process's median, *spread* (max − min) / median over the rounds, \
+*native / cupool* the ratio of those medians and *paired* the median of the ratios within a round. Every \
+run of staging or managed at a size, native or under cupool, must compute the same checksum and read \
+back no wrong word. Run alone: `BENCH_ONLY=host scripts/bench-gpu.sh bench-results`.
+"""
+
+HOST_DEFAULTS = {"target_time": 0.15, "reps": 3, "rounds": 5, "round_bytes": "64M",
+                 "pair_sizes": "4K,1M,16M,256M", "sizes": "4K,1M,16M,64M"}
+HOST_KINDS = (("pairs", "cuMemHostAlloc(0)"), ("pairs", "cuMemHostAlloc(PORTABLE|DEVICEMAP)"),
+              ("pairs", "cuMemAllocHost"), ("pairs", "cuMemAllocManaged(GLOBAL)"),
+              ("staging", "cuMemHostAlloc(0)"), ("managed", "cuMemAllocManaged(GLOBAL)"))
+HOST_COLUMNS = [("mode", "mode"), ("call", "kind"), ("size", "size"), ("native", "native µs"),
+                ("native-spread", "spread"), ("cupool", "cupool µs"), ("cupool-spread", "spread"),
+                ("native/cupool", "native / cupool"), ("paired", "paired"), ("native-alloc", "native alloc µs"),
+                ("cupool-alloc", "cupool alloc µs"), ("checksum", "checksum equal"), ("wrong", "wrong words")]
+
+
+def size_words(size):
+    """A size as host_bench's options write it (4K, 64M) as the tables do (4 KiB, 64 MiB)."""
+    for suffix, unit in (("K", " KiB"), ("M", " MiB"), ("G", " GiB")):
+        if size.endswith(suffix):
+            return size[:-1] + unit
+    return size + " B"
+
+
+def section_host(results):
+    d = load(results, "host")
+    cfg = dict(HOST_DEFAULTS)
+    cfg.update({k: v for k, v in ((d or {}).get("config") or {}).items() if k in HOST_DEFAULTS})
+    cfg["round_bytes"] = size_words(cfg["round_bytes"])
+    text = [HOST_INTRO % cfg]
+    columns = list(HOST_COLUMNS)
+    if "cupool-pass" in ((d or {}).get("config") or {}).get("configs", []):
+        columns[7:7] = [("cupool-pass", "cupool, kinds off, µs"), ("cupool-pass-spread", "spread")]
+    if not d:
+        # The table the GPU run fills: every mode, kind and default size.
+        sizes = {"pairs": cfg["pair_sizes"], "staging": cfg["sizes"], "managed": cfg["sizes"]}
+        empty = [{"mode": mode, "call": call.replace("|", "\\|"), "size": size_words(size)}
+                 for mode, call in HOST_KINDS for size in sizes[mode].split(",")]
+        text.append("Not measured yet.\n")
+        text.append(md_table(empty, columns) + "\n")
+        return "\n".join(text)
+    summary = [dict(r) for r in d.get("summary", [])]
+    for r in summary:
+        r["call"] = r["call"].replace("|", "\\|")  # a table cell
+        if r["mode"] != "pairs":
+            r["checksum"] = "yes" if r.get("checksum") and " different" not in r["checksum"] else "no"
+    done = (d.get("config") or {}).get("rounds_done")
+    prefetch = (d.get("config") or {}).get("managed_prefetch") or []
+    text.append("%s rounds ran; managed %s.\n" % (done, "prefetched to the device" if prefetch == ["1"] else
+                                                  "did not prefetch" if prefetch == ["0"] else "prefetch: -"))
+    text.append(md_table(summary, columns))
+    text.append("")
+    for c in d.get("checks", []):
+        text.append("- %s %s" % ("✔" if c["ok"] else "✘", c["name"]))
+    for n in d.get("notes", []):
+        text.append("- " + n)
+    for e in d.get("errors", []):
+        text.append("- error: " + e)
     return "\n".join(text) + "\n"
 
 
@@ -299,6 +378,12 @@ def losses(results):
                 if v is not None and v > 1.10:
                     out.append("- alloc %s x %d threads: cupool-%s is %.2fx its bare pool calls" % (
                         r["size"], r["threads"], m, v))
+    h = load(results, "host")
+    for r in (h or {}).get("summary", []):
+        v = r.get("native/cupool")
+        if v is not None and v < 1.0:
+            out.append("- host %s %s %s: cupool takes %.2fx the native time" % (r["mode"], r["call"], r["size"],
+                                                                               1 / v))
     for name, ref in (("torch", "caching"), ("cupy", "pool")):
         d = load(results, name)
         for r in (d or {}).get("rows", []):
@@ -368,9 +453,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="?", default="bench-results")
     ap.add_argument("--summary", action="store_true", help="print the target table as text and exit")
+    ap.add_argument("--section", choices=["host"], help="print one section's Markdown and exit")
     args = ap.parse_args()
     results = args.results
 
+    if args.section:
+        sys.stdout.write({"host": section_host}[args.section](results))
+        return 0
     targets, checks, errors = all_targets(results)
     if args.summary:
         B.print_targets(targets)
@@ -411,6 +500,8 @@ def main():
             len(checks) - len(bad), len(bad), "".join("\n- ✘ " + c["name"] for c in bad)))
     p.append("## Allocation pair: `cuMemAlloc` + `cuMemFree`\n")
     p.append(section_alloc(results))
+    p.append("## Pinned host and managed memory\n")
+    p.append(section_host(results))
     p.append("## PyTorch\n")
     p.append("A 6-layer `nn.TransformerEncoder` (d_model 512, 8 heads, batch 32 × 128 tokens, AdamW): "
              "*train* on the default stream, *train-stream* on a non-blocking `torch.cuda.Stream`, *infer* "

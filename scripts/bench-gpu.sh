@@ -1,12 +1,13 @@
 #!/bin/sh
 # scripts/bench-gpu.sh [RESULTS_DIR]: on a GPU machine, build cupool (out of
 # tree, in $CUPOOL_BUILD, default build-gpu/) if needed and run every
-# benchmark: the allocation pair (bench/alloc_bench.py), loop.cu with cudart
-# static and shared (bench/loop_bench.py), bench/memset_bench when it is
-# built, CuPy, the memory parity suite (bench/parity_bench.py) and PyTorch,
-# in that order.  Writes JSON/CSV results, logs and
-# pictures into RESULTS_DIR (default bench-results/), a generated
-# RESULTS_DIR/BENCHMARKS.md, and prints every target with met / not met.
+# benchmark: the allocation pair (bench/alloc_bench.py), pinned host and
+# managed memory (bench/host_bench.py), loop.cu with cudart static and shared
+# (bench/loop_bench.py), bench/memset_bench when it is built, CuPy, the
+# memory parity suite (bench/parity_bench.py) and PyTorch, in that order.
+# Writes JSON/CSV results, logs and pictures into RESULTS_DIR (default
+# bench-results/), a generated RESULTS_DIR/BENCHMARKS.md, and prints every
+# target with met / not met.
 # Finishes within BENCH_BUDGET seconds (default 570): each stage gets a share
 # (the last of CuPy and PyTorch that runs, what is left) and the drivers skip
 # what is left when their deadline comes.  Stages run in separate calls
@@ -15,9 +16,9 @@
 #
 # Environment: CUPOOL_BUILD (build dir), UTHASH_DIR (default .vendor/uthash),
 # CUDA_HOME (default /usr/local/cuda), JOBS (make -j, default 16),
-# BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc loop cupy torch memset
-# parity).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite alone
-# within a 600-s call.
+# BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc host loop cupy torch
+# memset parity).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite
+# alone within a 600-s call.
 set -u
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +30,7 @@ uthash=${UTHASH_DIR:-$src/.vendor/uthash}
 cuda=${CUDA_HOME:-/usr/local/cuda}
 jobs=${JOBS:-16}
 budget=${BENCH_BUDGET:-570}
-only=${BENCH_ONLY:-alloc loop cupy torch memset parity}
+only=${BENCH_ONLY:-alloc host loop cupy torch memset parity}
 start=$(date +%s)
 python=${PYTHON:-python3}
 PATH="$cuda/bin:$PATH"
@@ -59,7 +60,7 @@ if [ ! -f "$build/Makefile" ]; then
 fi
 if ! make -C "$build" -j"$jobs" >>"$out/build.log" 2>&1; then
     echo "warning: 'make' failed (see $out/build.log); building only what the benchmarks need"
-    make -C "$build" -j"$jobs" libcupool.la scripts/cupool bench/alloc_bench >>"$out/build.log" 2>&1 ||
+    make -C "$build" -j"$jobs" libcupool.la scripts/cupool bench/alloc_bench bench/host_bench >>"$out/build.log" 2>&1 ||
         { tail -30 "$out/build.log"; exit 1; }
 fi
 lib=$build/.libs/libcupool.so
@@ -115,6 +116,19 @@ run_stage() { # name cap command...
 
 # ---- the allocation pair ---------------------------------------------------------------
 want alloc && run_stage alloc 150 "$python" "$src/bench/alloc_bench.py" --bin "$build/bench/alloc_bench" \
+    --cupool "$launcher" --library "$lib" --out "$out"
+
+# ---- pinned host and managed memory ------------------------------------------------------
+# bench/host_bench's three modes, native and under cupool, in interleaved
+# rounds after a warm-up process and one run of each mode under cupool's
+# statistics.  By the native costs of docs/DESIGN.md (a 256 MiB pinned pair
+# takes 0.12 s on an H100) a round should take about 15 s, the whole stage
+# about 90 s.  Beside other stages it gets 100 s and runs the rounds that fit
+# (host_bench.py skips the runs past the deadline); alone (BENCH_ONLY=host)
+# the whole budget.
+host_cap=100
+[ "$only" = host ] && host_cap=$budget
+want host && run_stage host "$host_cap" "$python" "$src/bench/host_bench.py" --bin "$build/bench/host_bench" \
     --cupool "$launcher" --library "$lib" --out "$out"
 
 # ---- loop.cu, cudart static and shared ----------------------------------------------------

@@ -2,7 +2,11 @@
  * cupool-replay: measures one call log's allocation trace natively and under
  * cupool's configurations.  The trace is every successful allocation of the
  * log (cuMemAlloc, and cuMemAllocPitch replayed as a cuMemAlloc of its
- * total size) and every successful free matched to one of them by pointer.
+ * total size; pinned host memory of cuMemAllocHost and of cuMemHostAlloc
+ * with its flags; managed memory of cuMemAllocManaged with its flags) and
+ * every successful free matched to one of them by pointer, made with the
+ * free of the block's kind (cuMemFree, cuMemFreeHost) whatever call the log
+ * shows.  The times of each kind of memory are measured and reported apart.
  * Each thread of the log becomes one replay thread that makes its calls in
  * the logged order on the logged device; a free made by another thread than
  * the allocation waits until the allocation has been replayed, so every
@@ -72,6 +76,9 @@ static const char *canonical_config(const char *name)
 /* ---- the trace ------------------------------------------------------- */
 
 enum { OP_ALLOC, OP_FREE };
+/* How a block is allocated: its memory (TRACE_MEM_*) and, for pinned host
+ * memory, which of the two calls made it. */
+enum { API_MEM_ALLOC, API_MEM_ALLOC_HOST, API_MEM_HOST_ALLOC, API_MEM_ALLOC_MANAGED };
 
 typedef struct op {
     uint64_t t;    /* logged start, ns from the first call */
@@ -84,15 +91,21 @@ typedef struct op {
 typedef struct slot {
     CUdeviceptr ptr;
     atomic_int state; /* 0 not yet allocated, 1 allocated, 2 allocation failed, 3 freed */
-    int dev;
+    int dev;          /* the logged device (-1: none), once allocated the replay device */
+    uint8_t mem, api; /* TRACE_MEM_*, API_* */
+    unsigned flags;   /* cuMemHostAlloc's and cuMemAllocManaged's */
 } slot_t;
+
+/* One thread's times and counts for one kind of memory. */
+typedef struct counts {
+    uint64_t alloc_ns, free_ns, allocs, frees, failures;
+} counts_t;
 
 typedef struct replay_thread {
     int tid;
     op_t *ops;
     size_t nops, cap;
-    /* results */
-    uint64_t alloc_ns, free_ns, allocs, frees, failures;
+    counts_t by_mem[TRACE_MEM_KINDS]; /* results */
     pthread_t handle;
 } replay_thread_t;
 
@@ -106,8 +119,28 @@ static replay_thread_t *threads;
 static size_t nthreads;
 static slot_t *slots;
 static size_t nslots;
-static uint64_t trace_allocs, trace_frees;
+static uint64_t trace_allocs[TRACE_MEM_KINDS], trace_frees[TRACE_MEM_KINDS];
 static int trace_devices; /* highest logged device + 1 */
+static const char *const memory_names[TRACE_MEM_KINDS] = {"device", "pinned host memory", "managed memory"};
+static const char *const memory_keys[TRACE_MEM_KINDS] = {"device", "host", "managed"}; /* JSON */
+
+/* Whether the trace holds pinned host or managed memory: without, the
+ * output is device memory's alone. */
+static int other_kinds(void)
+{
+    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+        if (trace_allocs[m]) return 1;
+    return 0;
+}
+
+/* The call that makes an allocation of the log again. */
+static uint8_t api_of(const trace_t *t, const trace_record_t *r)
+{
+    if (r->mem == TRACE_MEM_MANAGED) return API_MEM_ALLOC_MANAGED;
+    if (r->mem == TRACE_MEM_HOST)
+        return strcmp(t->names[r->call], "cuMemHostAlloc") == 0 ? API_MEM_HOST_ALLOC : API_MEM_ALLOC_HOST;
+    return API_MEM_ALLOC;
+}
 
 static replay_thread_t *thread_of(int tid)
 {
@@ -152,24 +185,33 @@ static int load_trace(const char *path)
                 cap_slots = cap_slots ? cap_slots * 2 : 1024;
                 slots = trace_xrealloc(slots, cap_slots * sizeof *slots);
             }
-            int dev = r->dev < 0 ? 0 : r->dev;
+            /* Pinned host and managed memory lines name no device (-1): such
+             * a block is made in the context current on its replay thread. */
+            int dev = r->dev >= 0 ? r->dev : r->mem == TRACE_MEM_DEVICE ? 0 : -1;
             if (dev >= MAX_DEVICES) dev %= MAX_DEVICES;
             if (dev + 1 > trace_devices) trace_devices = dev + 1;
             slots[nslots].ptr = 0;
             atomic_init(&slots[nslots].state, 0);
             slots[nslots].dev = dev;
+            slots[nslots].mem = r->mem;
+            slots[nslots].api = api_of(&t, r);
+            /* A managed allocation needs CU_MEM_ATTACH_GLOBAL or _HOST: a
+             * line without its flags gets the default of cudaMallocManaged. */
+            slots[nslots].flags = r->has_flags                  ? r->flags
+                                  : r->mem == TRACE_MEM_MANAGED ? CU_MEM_ATTACH_GLOBAL
+                                                                : 0;
             l = trace_xrealloc(NULL, sizeof *l);
             l->ptr = ptr;
             l->slot = (uint32_t)nslots;
             HASH_ADD(hh, live, ptr, sizeof l->ptr, l);
             add_op(thread_of(r->tid), (op_t){r->t - t0, r->size, (uint32_t)nslots, OP_ALLOC, dev});
             nslots++;
-            trace_allocs++;
+            trace_allocs[r->mem]++;
         } else if (l) {
             add_op(thread_of(r->tid), (op_t){r->t - t0, 0, l->slot, OP_FREE, slots[l->slot].dev});
+            trace_frees[slots[l->slot].mem]++;
             HASH_DEL(live, l);
             free(l);
-            trace_frees++;
         }
     }
     HASH_ITER(hh, live, l, tmp)
@@ -177,6 +219,7 @@ static int load_trace(const char *path)
         HASH_DEL(live, l);
         free(l);
     }
+    if (nslots && trace_devices < 1) trace_devices = 1;
     trace_free(&t);
     return 0;
 }
@@ -185,7 +228,8 @@ static int load_trace(const char *path)
 
 #define DRIVER_FUNCTIONS(X)                                                                                 \
     X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)             \
-    X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetInfo_v2) X(cuGetErrorName)
+    X(cuCtxSynchronize) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetInfo_v2) X(cuGetErrorName)                \
+    X(cuMemAllocHost_v2) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemAllocManaged)
 
 #define DRIVER_POINTER(name) static __typeof__(name) *drv_##name;
 DRIVER_FUNCTIONS(DRIVER_POINTER)
@@ -292,29 +336,40 @@ static void *run_thread(void *arg)
             while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
             }
         }
-        int dev = replay_device(op->dev);
+        int dev = op->dev >= 0 ? replay_device(op->dev) : current >= 0 ? current : 0;
+        counts_t *c = &th->by_mem[s->mem];
         if (op->kind == OP_ALLOC) {
             if (dev != current) {
                 if (use_device(dev) != 0) {
                     atomic_store_explicit(&s->state, 2, memory_order_release);
-                    th->failures++;
+                    c->failures++;
                     continue;
                 }
                 current = dev;
             }
             CUdeviceptr p = 0;
+            void *host = NULL;
+            CUresult r;
             uint64_t start = now_ns();
-            CUresult r = drv_cuMemAlloc_v2(&p, (size_t)op->size);
-            th->alloc_ns += now_ns() - start;
-            th->allocs++;
+            switch (s->api) {
+            case API_MEM_ALLOC_HOST: r = drv_cuMemAllocHost_v2(&host, (size_t)op->size); break;
+            case API_MEM_HOST_ALLOC: r = drv_cuMemHostAlloc(&host, (size_t)op->size, s->flags); break;
+            case API_MEM_ALLOC_MANAGED: r = drv_cuMemAllocManaged(&p, (size_t)op->size, s->flags); break;
+            default: r = drv_cuMemAlloc_v2(&p, (size_t)op->size); break;
+            }
+            c->alloc_ns += now_ns() - start;
+            c->allocs++;
             if (r != CUDA_SUCCESS) {
-                th->failures++;
+                c->failures++;
                 atomic_store_explicit(&s->state, 2, memory_order_release);
                 continue;
             }
-            s->ptr = p;
+            s->ptr = host ? (CUdeviceptr)(uintptr_t)host : p;
+            s->dev = dev; /* the replay device, for the free of a block the log never freed */
             atomic_store_explicit(&s->state, 1, memory_order_release);
-            if (sample_memory) {
+            /* Device memory's footprint only: pinned host memory is the
+             * host's, and managed memory occupies a device once touched. */
+            if (sample_memory && s->mem == TRACE_MEM_DEVICE) {
                 size_t used = used_now();
                 raise_peak(&peak_used[dev], used > baseline_used[dev] ? used - baseline_used[dev] : 0);
             }
@@ -324,20 +379,29 @@ static void *run_thread(void *arg)
             for (unsigned spin = 0; (state = atomic_load_explicit(&s->state, memory_order_acquire)) == 0; spin++)
                 if (spin > 64) sched_yield();
             if (state != 1) continue;
+            /* A thread whose first call is a free has no context yet. */
+            if (current < 0 && use_device(dev) == 0) current = dev;
             uint64_t start = now_ns();
-            CUresult r = drv_cuMemFree_v2(s->ptr);
-            th->free_ns += now_ns() - start;
-            th->frees++;
-            if (r != CUDA_SUCCESS) th->failures++;
+            CUresult r = s->mem == TRACE_MEM_HOST ? drv_cuMemFreeHost((void *)(uintptr_t)s->ptr) : drv_cuMemFree_v2(s->ptr);
+            c->free_ns += now_ns() - start;
+            c->frees++;
+            if (r != CUDA_SUCCESS) c->failures++;
             atomic_store_explicit(&s->state, 3, memory_order_relaxed);
         }
     }
     return NULL;
 }
 
+/* One kind of memory's numbers of a run (in the table: medians of runs). */
+typedef struct kind_result {
+    double alloc_ns, free_ns; /* mean per call */
+    uint64_t allocs, frees, failures;
+} kind_result_t;
+
 typedef struct result {
-    double wall_ns, alloc_ns, free_ns; /* alloc_ns, free_ns: mean per call */
-    uint64_t allocs, frees, failures, peak_used, peak_reserved;
+    double wall_ns;
+    kind_result_t mem[TRACE_MEM_KINDS]; /* [TRACE_MEM_*] */
+    uint64_t peak_used, peak_reserved;
     int has_reserved;
     int ok;
 } result_t;
@@ -376,14 +440,18 @@ static int run_child(const char *config, const char *path)
         if (contexts[d] && drv_cuCtxSetCurrent(contexts[d]) == CUDA_SUCCESS) drv_cuCtxSynchronize();
     uint64_t wall = now_ns() - replay_start_ns;
 
+    counts_t total[TRACE_MEM_KINDS];
+    memset(total, 0, sizeof total);
+    for (size_t i = 0; i < nthreads; i++)
+        for (int m = 0; m < TRACE_MEM_KINDS; m++) {
+            const counts_t *c = &threads[i].by_mem[m];
+            total[m].allocs += c->allocs;
+            total[m].frees += c->frees;
+            total[m].failures += c->failures;
+            total[m].alloc_ns += c->alloc_ns;
+            total[m].free_ns += c->free_ns;
+        }
     result_t res = {0};
-    for (size_t i = 0; i < nthreads; i++) {
-        res.allocs += threads[i].allocs;
-        res.frees += threads[i].frees;
-        res.failures += threads[i].failures;
-        res.alloc_ns += (double)threads[i].alloc_ns;
-        res.free_ns += (double)threads[i].free_ns;
-    }
     for (int d = 0; d < MAX_DEVICES; d++) res.peak_used += atomic_load(&peak_used[d]);
     if (get_stats)
         for (int d = 0; d < device_count; d++) {
@@ -394,11 +462,20 @@ static int run_child(const char *config, const char *path)
     for (size_t i = 0; i < nslots; i++)
         if (atomic_load(&slots[i].state) == 1) {
             use_device(replay_device(slots[i].dev));
-            drv_cuMemFree_v2(slots[i].ptr);
+            if (slots[i].mem == TRACE_MEM_HOST) drv_cuMemFreeHost((void *)(uintptr_t)slots[i].ptr);
+            else drv_cuMemFree_v2(slots[i].ptr);
         }
-    printf("result %llu %.0f %llu %.0f %llu %llu %llu %llu\n", (unsigned long long)wall, res.alloc_ns,
-           (unsigned long long)res.allocs, res.free_ns, (unsigned long long)res.frees,
-           (unsigned long long)res.failures, (unsigned long long)res.peak_used, (unsigned long long)res.peak_reserved);
+    /* Device memory's line, then one per other kind the trace holds. */
+    printf("result %llu %llu %llu %llu %llu %llu %llu %llu\n", (unsigned long long)wall,
+           (unsigned long long)total[0].alloc_ns, (unsigned long long)total[0].allocs,
+           (unsigned long long)total[0].free_ns, (unsigned long long)total[0].frees,
+           (unsigned long long)total[0].failures, (unsigned long long)res.peak_used,
+           (unsigned long long)res.peak_reserved);
+    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+        if (trace_allocs[m])
+            printf("memory %d %llu %llu %llu %llu %llu\n", m, (unsigned long long)total[m].alloc_ns,
+                   (unsigned long long)total[m].allocs, (unsigned long long)total[m].free_ns,
+                   (unsigned long long)total[m].frees, (unsigned long long)total[m].failures);
     fflush(stdout);
     /* CUPOOL_STATS=1 (set so that cupool tracks peak_reserved) would print
      * its summary at exit: the replay's numbers are already out. */
@@ -497,18 +574,21 @@ static int run_config(const char *config, const char *library, const char *path,
     while (in && fgets(line, sizeof line, in)) {
         unsigned long long wall, allocs, frees, failures, used, reserved;
         double alloc_total, free_total;
+        int m;
         if (sscanf(line, "result %llu %lf %llu %lf %llu %llu %llu %llu", &wall, &alloc_total, &allocs, &free_total,
                    &frees, &failures, &used, &reserved) == 8) {
             res->wall_ns = (double)wall;
-            res->allocs = allocs;
-            res->frees = frees;
-            res->failures = failures;
-            res->alloc_ns = allocs ? alloc_total / (double)allocs : 0;
-            res->free_ns = frees ? free_total / (double)frees : 0;
+            res->mem[0] = (kind_result_t){allocs ? alloc_total / (double)allocs : 0,
+                                          frees ? free_total / (double)frees : 0, allocs, frees, failures};
             res->peak_used = used;
             res->peak_reserved = reserved;
             res->has_reserved = strcmp(config, "native") != 0;
             got = 1;
+        } else if (sscanf(line, "memory %d %lf %llu %lf %llu %llu", &m, &alloc_total, &allocs, &free_total, &frees,
+                          &failures) == 6 &&
+                   m > 0 && m < TRACE_MEM_KINDS) {
+            res->mem[m] = (kind_result_t){allocs ? alloc_total / (double)allocs : 0,
+                                          frees ? free_total / (double)frees : 0, allocs, frees, failures};
         } else {
             fputs(line, stdout); /* the program's own output, if any */
         }
@@ -583,7 +663,10 @@ static void usage(FILE *f)
             "before the replay, summed over devices (cupool counts pool memory held unused as free,\n"
             "so this is the memory the blocks occupy); peak reserved = the most cupool's pools held\n"
             "(cupool_get_stats, summed over devices), which is cupool's real footprint;\n"
-            "x native = ratio to the native run.\n");
+            "x native = ratio to the native run.\n"
+            "Pinned host memory (cuMemAllocHost, cuMemHostAlloc with its flags, cuMemFreeHost) and managed\n"
+            "memory (cuMemAllocManaged with its flags, freed by cuMemFree) are replayed too, each with a\n"
+            "table of its own alloc and free times; the first table's are device memory's.\n");
 }
 
 int main(int argc, char **argv)
@@ -665,7 +748,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (load_trace(path) != 0) return 1;
-    if (!trace_allocs) {
+    uint64_t any_allocs = 0;
+    for (int m = 0; m < TRACE_MEM_KINDS; m++) any_allocs += trace_allocs[m];
+    if (!any_allocs) {
         fprintf(stderr, PROG ": %s holds no successful allocation to replay\n", path);
         return 1;
     }
@@ -673,7 +758,7 @@ int main(int argc, char **argv)
     result_t results[CONFIG_COUNT];
     int failed = 0;
     for (size_t c = 0; c < nchosen; c++) {
-        double walls[MAX_REPEAT], allocs_ns[MAX_REPEAT], frees_ns[MAX_REPEAT];
+        static double walls[MAX_REPEAT], allocs_ns[TRACE_MEM_KINDS][MAX_REPEAT], frees_ns[TRACE_MEM_KINDS][MAX_REPEAT];
         result_t *res = &results[c];
         memset(res, 0, sizeof *res);
         int ok = 1;
@@ -685,21 +770,25 @@ int main(int argc, char **argv)
                 break;
             }
             walls[k] = one.wall_ns;
-            allocs_ns[k] = one.alloc_ns;
-            frees_ns[k] = one.free_ns;
             if (one.peak_used > res->peak_used) res->peak_used = one.peak_used;
             if (one.peak_reserved > res->peak_reserved) res->peak_reserved = one.peak_reserved;
-            res->allocs = one.allocs;
-            res->frees = one.frees;
-            if (one.failures > res->failures) res->failures = one.failures;
             res->has_reserved = one.has_reserved;
+            for (int m = 0; m < TRACE_MEM_KINDS; m++) {
+                allocs_ns[m][k] = one.mem[m].alloc_ns;
+                frees_ns[m][k] = one.mem[m].free_ns;
+                res->mem[m].allocs = one.mem[m].allocs;
+                res->mem[m].frees = one.mem[m].frees;
+                if (one.mem[m].failures > res->mem[m].failures) res->mem[m].failures = one.mem[m].failures;
+            }
         }
         res->ok = ok;
         failed |= !ok;
         if (ok) {
             res->wall_ns = median(walls, repeat);
-            res->alloc_ns = median(allocs_ns, repeat);
-            res->free_ns = median(frees_ns, repeat);
+            for (int m = 0; m < TRACE_MEM_KINDS; m++) {
+                res->mem[m].alloc_ns = median(allocs_ns[m], repeat);
+                res->mem[m].free_ns = median(frees_ns[m], repeat);
+            }
         }
     }
 
@@ -712,18 +801,23 @@ int main(int argc, char **argv)
             if (*p == '"' || *p == '\\') printf("\\%c", *p);
             else if ((unsigned char)*p < 0x20) printf("\\u%04x", *p);
             else putchar(*p);
-        printf("\",\"allocations\":%llu,\"frees\":%llu,\"threads\":%zu,\"devices\":%d,\"repeat\":%d,"
-               "\"gap_scale\":%g,\"configs\":[",
-               (unsigned long long)trace_allocs, (unsigned long long)trace_frees, nthreads, trace_devices, repeat,
-               gap_scale);
+        printf("\",\"allocations\":%llu,\"frees\":%llu,", (unsigned long long)trace_allocs[0],
+               (unsigned long long)trace_frees[0]);
+        for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+            if (trace_allocs[m])
+                printf("\"%s\":{\"allocations\":%llu,\"frees\":%llu},", memory_keys[m],
+                       (unsigned long long)trace_allocs[m], (unsigned long long)trace_frees[m]);
+        printf("\"threads\":%zu,\"devices\":%d,\"repeat\":%d,\"gap_scale\":%g,\"configs\":[", nthreads, trace_devices,
+               repeat, gap_scale);
         for (size_t c = 0; c < nchosen; c++) {
             const result_t *r = &results[c];
+            const kind_result_t *d = &r->mem[0], *nd = native ? &native->mem[0] : NULL;
             printf("%s\n{\"config\":\"%s\",\"ok\":%s", c ? "," : "", chosen[c], r->ok ? "true" : "false");
             if (r->ok) {
                 printf(",\"wall_ns\":%.0f,\"alloc_ns\":%.1f,\"free_ns\":%.1f,\"pair_ns\":%.1f,\"allocs\":%llu,"
                        "\"frees\":%llu,\"failures\":%llu,\"peak_used\":",
-                       r->wall_ns, r->alloc_ns, r->free_ns, r->alloc_ns + r->free_ns, (unsigned long long)r->allocs,
-                       (unsigned long long)r->frees, (unsigned long long)r->failures);
+                       r->wall_ns, d->alloc_ns, d->free_ns, d->alloc_ns + d->free_ns, (unsigned long long)d->allocs,
+                       (unsigned long long)d->frees, (unsigned long long)d->failures);
                 if (sample_memory) printf("%llu", (unsigned long long)r->peak_used);
                 else printf("null");
                 printf(",\"peak_reserved\":");
@@ -732,9 +826,20 @@ int main(int argc, char **argv)
                 printf(",\"wall_x_native\":");
                 json_ratio(r->wall_ns, native ? native->wall_ns : 0, native != NULL);
                 printf(",\"pair_x_native\":");
-                json_ratio(r->alloc_ns + r->free_ns, native ? native->alloc_ns + native->free_ns : 0, native != NULL);
+                json_ratio(d->alloc_ns + d->free_ns, nd ? nd->alloc_ns + nd->free_ns : 0, native != NULL);
                 printf(",\"used_x_native\":");
                 json_ratio((double)r->peak_used, native ? (double)native->peak_used : 0, native && sample_memory);
+                for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++) {
+                    if (!trace_allocs[m]) continue;
+                    const kind_result_t *k = &r->mem[m], *nk = native ? &native->mem[m] : NULL;
+                    printf(",\"%s\":{\"alloc_ns\":%.1f,\"free_ns\":%.1f,\"pair_ns\":%.1f,\"allocs\":%llu,\"frees\":%llu,"
+                           "\"failures\":%llu,\"pair_x_native\":",
+                           memory_keys[m], k->alloc_ns, k->free_ns, k->alloc_ns + k->free_ns,
+                           (unsigned long long)k->allocs, (unsigned long long)k->frees,
+                           (unsigned long long)k->failures);
+                    json_ratio(k->alloc_ns + k->free_ns, nk ? nk->alloc_ns + nk->free_ns : 0, native != NULL);
+                    printf("}");
+                }
             }
             printf("}");
         }
@@ -742,10 +847,17 @@ int main(int argc, char **argv)
         return failed;
     }
 
-    printf(PROG ": %s: %llu allocations, %llu frees, %zu thread%s, %d device%s; gaps x%g; %s of %d run%s\n", path,
-           (unsigned long long)trace_allocs, (unsigned long long)trace_frees, nthreads, nthreads == 1 ? "" : "s",
-           trace_devices, trace_devices == 1 ? "" : "s", gap_scale, repeat > 1 ? "median" : "result", repeat,
-           repeat == 1 ? "" : "s");
+    printf(PROG ": %s: %llu allocations, %llu frees", path, (unsigned long long)trace_allocs[0],
+           (unsigned long long)trace_frees[0]);
+    if (other_kinds()) {
+        printf(" (device memory)");
+        for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+            if (trace_allocs[m])
+                printf(", %llu allocations, %llu frees (%s)", (unsigned long long)trace_allocs[m],
+                       (unsigned long long)trace_frees[m], memory_names[m]);
+    }
+    printf(", %zu thread%s, %d device%s; gaps x%g; %s of %d run%s\n", nthreads, nthreads == 1 ? "" : "s", trace_devices,
+           trace_devices == 1 ? "" : "s", gap_scale, repeat > 1 ? "median" : "result", repeat, repeat == 1 ? "" : "s");
     printf("%-20s %10s %9s %9s %9s %10s %10s %8s %8s %8s %5s\n", "configuration", "wall ms", "alloc ns", "free ns",
            "ns/pair", "peak used", "peak res", "wall x", "pair x", "used x", "fail");
     for (size_t c = 0; c < nchosen; c++) {
@@ -760,14 +872,37 @@ int main(int argc, char **argv)
         if (r->has_reserved) short_bytes((double)r->peak_reserved, reserved, sizeof reserved);
         else snprintf(reserved, sizeof reserved, "-");
         ratio(w, sizeof w, r->wall_ns, native ? native->wall_ns : 0, native != NULL);
-        ratio(p, sizeof p, r->alloc_ns + r->free_ns, native ? native->alloc_ns + native->free_ns : 0, native != NULL);
+        const kind_result_t *d = &r->mem[0], *nd = native ? &native->mem[0] : NULL;
+        ratio(p, sizeof p, d->alloc_ns + d->free_ns, nd ? nd->alloc_ns + nd->free_ns : 0, native != NULL);
         ratio(u, sizeof u, (double)r->peak_used, native ? (double)native->peak_used : 0, native && sample_memory);
         printf("%-20s %10.3f %9.0f %9.0f %9.0f %10s %10s %8s %8s %8s %5llu\n", chosen[c], r->wall_ns / 1e6,
-               r->alloc_ns, r->free_ns, r->alloc_ns + r->free_ns, used, reserved, w, p, u,
-               (unsigned long long)r->failures);
+               d->alloc_ns, d->free_ns, d->alloc_ns + d->free_ns, used, reserved, w, p, u,
+               (unsigned long long)d->failures);
+    }
+    /* Pinned host and managed memory: a table of their own calls each. */
+    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++) {
+        if (!trace_allocs[m]) continue;
+        printf("%s:\n", memory_names[m]);
+        printf("%-20s %9s %9s %9s %8s %5s\n", "configuration", "alloc ns", "free ns", "ns/pair", "pair x", "fail");
+        for (size_t c = 0; c < nchosen; c++) {
+            const result_t *r = &results[c];
+            if (!r->ok) {
+                printf("%-20s %10s\n", chosen[c], "failed");
+                continue;
+            }
+            const kind_result_t *k = &r->mem[m], *nk = native ? &native->mem[m] : NULL;
+            char p[16];
+            ratio(p, sizeof p, k->alloc_ns + k->free_ns, nk ? nk->alloc_ns + nk->free_ns : 0, native != NULL);
+            printf("%-20s %9.0f %9.0f %9.0f %8s %5llu\n", chosen[c], k->alloc_ns, k->free_ns,
+                   k->alloc_ns + k->free_ns, p, (unsigned long long)k->failures);
+        }
     }
     printf("wall ms: first call to last thread done; alloc/free ns: mean per call; ns/pair: their sum;\n"
            "peak used: max (total - free) of cuMemGetInfo after allocations, above the start level;\n"
            "peak res: most bytes cupool's pools reserved (cupool_get_stats); x: ratio to native.\n");
+    if (other_kinds())
+        printf("The first table's calls are device memory's (cuMemAlloc, cuMemFree); pinned host memory's\n"
+               "(cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost) and managed memory's (cuMemAllocManaged,\n"
+               "cuMemFree) have a table each; peak used and peak res are device memory's.\n");
     return failed;
 }

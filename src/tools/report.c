@@ -3,7 +3,12 @@
  * what happened per device (calls, pooled and native allocations, bytes,
  * peaks, failures, call durations, a size histogram), then draws bytes in
  * use and bytes reserved over time per device, and the size histogram, into
- * one self-contained SVG (or HTML holding it).
+ * one self-contained SVG (or HTML holding it).  Pinned host memory
+ * (cuMemAllocHost, cuMemHostAlloc) and managed memory (cuMemAllocManaged)
+ * are summarized and drawn apart from device memory, each as one section
+ * and one panel over all devices: their allocations are counted as served
+ * by a kept block ("route":"pool") or by the driver, and their bytes in use
+ * drawn alone (the pools' reservation is device memory's).
  *
  * Bytes in use: the running sum of the sizes of successful allocations,
  * pooled and native, minus each successful free matched to its allocation
@@ -41,6 +46,9 @@ typedef struct point {
     uint64_t t, in_use, reserved;
 } point_t;
 
+/* What the report gathers for one device, or for one kind of memory other
+ * than device memory (then the reservation stays 0: pools hold device
+ * memory only). */
 typedef struct device {
     int seen;
     uint64_t *calls;    /* per interned name */
@@ -63,10 +71,12 @@ typedef struct block {
     block_key_t key;
     uint64_t size;
     int dev;
+    int mem; /* TRACE_MEM_* */
     UT_hash_handle hh;
 } block_t;
 
 static device_t devices[MAX_DEVICES + 1];
+static device_t memories[TRACE_MEM_KINDS]; /* [TRACE_MEM_HOST], [TRACE_MEM_MANAGED] */
 static block_t *blocks;
 static uint64_t hist_all[BUCKETS];
 
@@ -84,9 +94,11 @@ static int slot(int dev)
     return dev >= 0 && dev < MAX_DEVICES ? dev : NO_DEVICE;
 }
 
-static device_t *device(const trace_t *t, int dev)
+/* The section a call is counted in: its device's for device memory, its
+ * kind's for pinned host and managed memory. */
+static device_t *section(const trace_t *t, int mem, int dev)
 {
-    device_t *d = &devices[slot(dev)];
+    device_t *d = mem == TRACE_MEM_DEVICE ? &devices[slot(dev)] : &memories[mem];
     if (!d->seen) {
         d->seen = 1;
         d->calls = trace_xrealloc(NULL, t->name_count * sizeof *d->calls);
@@ -133,7 +145,7 @@ static block_t *find_block(uint64_t ptr, uint64_t file)
 
 static void release(block_t *b, uint64_t t)
 {
-    device_t *d = &devices[slot(b->dev)];
+    device_t *d = b->mem == TRACE_MEM_DEVICE ? &devices[slot(b->dev)] : &memories[b->mem];
     d->in_use -= b->size;
     add_point(d, t);
     HASH_DEL(blocks, b);
@@ -143,13 +155,19 @@ static void release(block_t *b, uint64_t t)
 static void account(const trace_t *t, const trace_record_t *r)
 {
     if (r->kind == TRACE_START || r->kind == TRACE_MESSAGE) return;
-    int dev = r->dev;
+    int dev = r->dev, mem = r->kind == TRACE_ALLOC || r->kind == TRACE_FREE ? r->mem : TRACE_MEM_DEVICE;
     block_t *b = NULL;
     if (r->kind == TRACE_FREE && r->ptr) {
         b = find_block(r->ptr, r->file);
         if (b && dev < 0) dev = b->dev; /* native frees do not know their device */
+        if (b) mem = b->mem;            /* cuMemFree frees managed memory too */
+    } else if (r->kind == TRACE_OTHER && dev < 0 && r->ptr) {
+        /* A call of no device on a pinned host or managed block (cuMemAdvise,
+         * cuStreamAttachMemAsync) is that memory's. */
+        block_t *on = find_block(r->ptr, r->file);
+        if (on) mem = on->mem;
     }
-    device_t *d = device(t, dev);
+    device_t *d = section(t, mem, dev);
     d->calls[r->call]++;
     if (!r->ok) {
         d->failures[r->result]++;
@@ -161,7 +179,7 @@ static void account(const trace_t *t, const trace_record_t *r)
         else d->native_allocs++, d->native_bytes += r->size;
         if (r->size) {
             d->hist[bucket(r->size)]++;
-            hist_all[bucket(r->size)]++;
+            if (mem == TRACE_MEM_DEVICE) hist_all[bucket(r->size)]++;
         }
         block_t *old = find_block(r->ptr, r->file);
         if (old) release(old, r->t - t->records[0].t); /* its free was not logged */
@@ -171,6 +189,7 @@ static void account(const trace_t *t, const trace_record_t *r)
         b->key.file = r->file;
         b->size = r->size;
         b->dev = dev;
+        b->mem = mem;
         HASH_ADD(hh, blocks, key, sizeof b->key, b);
         d->in_use += r->size;
         if (d->in_use > d->peak_in_use) d->peak_in_use = d->in_use;
@@ -181,7 +200,8 @@ static void account(const trace_t *t, const trace_record_t *r)
         if (b) release(b, r->t - t->records[0].t);
         else if (r->ptr) d->unmatched_frees++;
     }
-    if ((r->kind == TRACE_ALLOC || r->kind == TRACE_FREE) && r->route == TRACE_ROUTE_POOL && r->has_reserved) {
+    if ((r->kind == TRACE_ALLOC || r->kind == TRACE_FREE) && mem == TRACE_MEM_DEVICE && r->route == TRACE_ROUTE_POOL &&
+        r->has_reserved) {
         d->reserved -= d->reserved_by_file[r->file];
         d->reserved_by_file[r->file] = r->reserved;
         d->reserved += r->reserved;
@@ -255,28 +275,38 @@ static void print_histogram(const uint64_t *hist)
     }
 }
 
-static void print_device(const trace_t *t, int s)
+/* The names of the memory kinds' sections and panels. */
+static const char *const memory_names[TRACE_MEM_KINDS] = {"device", "pinned host memory", "managed memory"};
+
+/* One section: a device's (mem TRACE_MEM_DEVICE, s its slot) or a kind of
+ * memory's.  For pinned host and managed memory "kept=" counts the
+ * allocations served by a kept block and the frees that kept their block
+ * (route "pool" in the log). */
+static void print_section(const trace_t *t, int mem, int s)
 {
-    device_t *d = &devices[s];
+    device_t *d = mem == TRACE_MEM_DEVICE ? &devices[s] : &memories[mem];
+    const char *pooled = mem == TRACE_MEM_DEVICE ? "pooled" : "kept";
     char b1[32], b2[32];
-    if (s == NO_DEVICE) printf("no device:\n");
+    if (mem != TRACE_MEM_DEVICE) printf("%s:\n", memory_names[mem]);
+    else if (s == NO_DEVICE) printf("no device:\n");
     else printf("device %d:\n", s);
     printf("  calls:");
     for (size_t i = 0; i < t->name_count; i++)
         if (d->calls[i]) printf(" %s=%llu", t->names[i], (unsigned long long)d->calls[i]);
     printf("\n");
-    printf("  allocations: %llu pooled=%llu native=%llu\n", (unsigned long long)(d->pooled_allocs + d->native_allocs),
-           (unsigned long long)d->pooled_allocs, (unsigned long long)d->native_allocs);
-    printf("  bytes allocated: %llu pooled=%llu native=%llu (%s)\n",
-           (unsigned long long)(d->pooled_bytes + d->native_bytes), (unsigned long long)d->pooled_bytes,
+    printf("  allocations: %llu %s=%llu native=%llu\n", (unsigned long long)(d->pooled_allocs + d->native_allocs),
+           pooled, (unsigned long long)d->pooled_allocs, (unsigned long long)d->native_allocs);
+    printf("  bytes allocated: %llu %s=%llu native=%llu (%s)\n",
+           (unsigned long long)(d->pooled_bytes + d->native_bytes), pooled, (unsigned long long)d->pooled_bytes,
            (unsigned long long)d->native_bytes, human((double)(d->pooled_bytes + d->native_bytes), b1, sizeof b1));
-    printf("  frees: %llu pooled=%llu native=%llu unmatched=%llu\n",
-           (unsigned long long)(d->pooled_frees + d->native_frees), (unsigned long long)d->pooled_frees,
+    printf("  frees: %llu %s=%llu native=%llu unmatched=%llu\n",
+           (unsigned long long)(d->pooled_frees + d->native_frees), pooled, (unsigned long long)d->pooled_frees,
            (unsigned long long)d->native_frees, (unsigned long long)d->unmatched_frees);
     printf("  in use at end: %llu (%s)\n", (unsigned long long)d->in_use, human((double)d->in_use, b2, sizeof b2));
     printf("  peak in use: %llu (%s)\n", (unsigned long long)d->peak_in_use, human((double)d->peak_in_use, b1, sizeof b1));
-    printf("  peak reserved: %llu (%s)\n", (unsigned long long)d->peak_reserved,
-           human((double)d->peak_reserved, b2, sizeof b2));
+    if (mem == TRACE_MEM_DEVICE)
+        printf("  peak reserved: %llu (%s)\n", (unsigned long long)d->peak_reserved,
+               human((double)d->peak_reserved, b2, sizeof b2));
     printf("  failures:");
     int any = 0;
     for (size_t i = 0; i < t->name_count; i++)
@@ -380,15 +410,24 @@ static void draw_series(FILE *f, const device_t *d, int which, double span_ns, d
     fprintf(f, "\"/>\n");
 }
 
-static void draw_device(FILE *f, int s, const char *label, double span_ns, double top)
+/* The CSS class of each kind's group and in-use line; device memory's is
+ * "device" and "in-use", with "reserved" beside it. */
+static const char *const memory_classes[TRACE_MEM_KINDS] = {"device", "host", "managed"};
+
+/* One panel: a device's bytes in use and reserved, or (mem not
+ * TRACE_MEM_DEVICE) the bytes of one kind of memory in use on all devices. */
+static void draw_panel(FILE *f, const device_t *d, int mem, const char *label, double span_ns, double top)
 {
-    const device_t *d = &devices[s];
     double peak = (double)(d->peak_in_use > d->peak_reserved ? d->peak_in_use : d->peak_reserved);
     double ymax = peak > 0 ? peak * 1.05 : 1024;
     double y0 = top + PANEL_TOP, span_s = span_ns / 1e9;
-    fprintf(f, "<g class=\"device\">\n");
-    fprintf(f, "<text class=\"title\" x=\"%d\" y=\"%.0f\">%s: bytes in use (pooled + native) and reserved by the pools</text>\n", LEFT, top + 22,
-            label);
+    fprintf(f, "<g class=\"%s\">\n", memory_classes[mem]);
+    if (mem == TRACE_MEM_DEVICE)
+        fprintf(f, "<text class=\"title\" x=\"%d\" y=\"%.0f\">%s: bytes in use (pooled + native) and reserved by the pools</text>\n", LEFT, top + 22,
+                label);
+    else
+        fprintf(f, "<text class=\"title\" x=\"%d\" y=\"%.0f\">%s: bytes in use (served by kept blocks + by the driver), all devices</text>\n",
+                LEFT, top + 22, label);
     fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%.0f\" width=\"%d\" height=\"%d\"/>\n", LEFT, y0, PLOT_W, PLOT_H);
     double ystep = byte_step(ymax, 5);
     for (double v = 0; v <= ymax; v += ystep) {
@@ -406,6 +445,15 @@ static void draw_device(FILE *f, int s, const char *label, double span_ns, doubl
         fprintf(f, "<text class=\"xlabel\" x=\"%.1f\" y=\"%.0f\">%g</text>\n", x, y0 + PLOT_H + 18, v);
     }
     fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"%.0f\">time (s)</text>\n", LEFT + PLOT_W / 2, y0 + PLOT_H + 36);
+    if (mem != TRACE_MEM_DEVICE) {
+        char cls[32];
+        snprintf(cls, sizeof cls, "%s-in-use", memory_classes[mem]);
+        draw_series(f, d, 0, span_ns, ymax, y0, cls);
+        fprintf(f, "<g class=\"legend\"><line class=\"%s\" x1=\"%d\" y1=\"%.0f\" x2=\"%d\" y2=\"%.0f\"/>"
+                   "<text x=\"%d\" y=\"%.0f\">in use</text></g>\n</g>\n",
+                cls, LEFT + PLOT_W - 120, top + 18, LEFT + PLOT_W - 96, top + 18, LEFT + PLOT_W - 90, top + 22);
+        return;
+    }
     draw_series(f, d, 1, span_ns, ymax, y0, "reserved");
     draw_series(f, d, 0, span_ns, ymax, y0, "in-use");
     fprintf(f, "<g class=\"legend\"><line class=\"in-use\" x1=\"%d\" y1=\"%.0f\" x2=\"%d\" y2=\"%.0f\"/>"
@@ -416,7 +464,7 @@ static void draw_device(FILE *f, int s, const char *label, double span_ns, doubl
             LEFT + PLOT_W - 120, top + 18, LEFT + PLOT_W - 96, top + 18, LEFT + PLOT_W - 90, top + 22);
 }
 
-static void draw_histogram(FILE *f, double top)
+static void draw_histogram(FILE *f, double top, int device_only)
 {
     int first = -1, last = -1;
     uint64_t most = 0;
@@ -427,9 +475,9 @@ static void draw_histogram(FILE *f, double top)
             if (hist_all[b] > most) most = hist_all[b];
         }
     double y0 = top + PANEL_TOP;
-    fprintf(f, "<g class=\"histogram\">\n<text class=\"title\" x=\"%d\" y=\"%.0f\">allocation sizes (powers of two, "
+    fprintf(f, "<g class=\"histogram\">\n<text class=\"title\" x=\"%d\" y=\"%.0f\">%sallocation sizes (powers of two, "
                "all devices)</text>\n",
-            LEFT, top + 22);
+            LEFT, top + 22, device_only ? "" : "device memory: ");
     fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%.0f\" width=\"%d\" height=\"%d\"/>\n", LEFT, y0, PLOT_W, PLOT_H);
     if (first >= 0) {
         int n = last - first + 1;
@@ -474,8 +522,10 @@ static int write_picture(const char *path, char **logs, int nlogs, double span_n
         perror(path);
         return -1;
     }
-    int panels = 1;
+    int panels = 1, kind_panels = 0;
     for (int s = 0; s <= MAX_DEVICES; s++) panels += worth_a_panel(&devices[s]);
+    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++) kind_panels += worth_a_panel(&memories[m]);
+    panels += kind_panels;
     int height = panels * PANEL_H + 60;
     if (html) fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"/><title>cupool report</title></head><body>\n");
     else fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -487,8 +537,9 @@ static int write_picture(const char *path, char **logs, int nlogs, double span_n
                ".ylabel{text-anchor:end}\n.xlabel,.axis,.count{text-anchor:middle}\n.count{font-size:10px}\n"
                "polyline{fill:none;stroke-width:1.5}\n"
                ".in-use{stroke:#1f77b4;stroke-width:1.5}\n.reserved{stroke:#ff7f0e;stroke-width:1.5}\n"
-               ".bar{fill:#2ca02c}\n"
-               "</style>\n");
+               ".bar{fill:#2ca02c}\n");
+    if (kind_panels) fprintf(f, ".host-in-use{stroke:#9467bd;stroke-width:1.5}\n.managed-in-use{stroke:#8c564b;stroke-width:1.5}\n");
+    fprintf(f, "</style>\n");
     fprintf(f, "<title>cupool report:");
     for (int i = 0; i < nlogs; i++) fputc(' ', f), xml_text(f, logs[i]);
     fprintf(f, "</title>\n<text class=\"title\" x=\"%d\" y=\"24\">cupool report:", LEFT);
@@ -500,10 +551,15 @@ static int write_picture(const char *path, char **logs, int nlogs, double span_n
         char label[32];
         if (s == NO_DEVICE) snprintf(label, sizeof label, "no device");
         else snprintf(label, sizeof label, "device %d", s);
-        draw_device(f, s, label, span_ns, top);
+        draw_panel(f, &devices[s], TRACE_MEM_DEVICE, label, span_ns, top);
         top += PANEL_H;
     }
-    draw_histogram(f, top);
+    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++) {
+        if (!worth_a_panel(&memories[m])) continue;
+        draw_panel(f, &memories[m], m, memory_names[m], span_ns, top);
+        top += PANEL_H;
+    }
+    draw_histogram(f, top, !kind_panels);
     fprintf(f, "</svg>\n");
     if (html) fprintf(f, "</body></html>\n");
     int bad = ferror(f);
@@ -519,6 +575,7 @@ static void usage(FILE *f)
     fprintf(f, "Usage: " PROG " [-o FILE] [-q] LOG...\n"
                "Summarizes cupool call logs (CUPOOL_LOG=path) per device and draws bytes in use and\n"
                "reserved over time, and the allocation sizes, as SVG (or HTML when FILE ends in .html).\n"
+               "Pinned host and managed memory get a section and a panel of their own.\n"
                "  -o FILE   picture to write (default cupool-report.svg; - = standard output)\n"
                "  -q        no summary, only the picture\n"
                "  -h        this help\n");
@@ -564,7 +621,9 @@ static int report(int argc, char **argv, char **logs)
         printf(PROG ": %d log%s, %zu lines read, %zu rejected, %.6f s\n", nlogs, nlogs > 1 ? "s" : "", t.count,
                t.rejected, span_ns / 1e9);
         for (int s = 0; s <= MAX_DEVICES; s++)
-            if (devices[s].seen) print_device(&t, s);
+            if (devices[s].seen) print_section(&t, TRACE_MEM_DEVICE, s);
+        for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+            if (memories[m].seen) print_section(&t, m, 0);
     }
     int bad = write_picture(out, logs, nlogs, span_ns) != 0;
     if (!quiet && !bad && strcmp(out, "-") != 0) printf("picture: %s\n", out);

@@ -3,7 +3,9 @@
  * its fields checked and turned into a fixed-size record.  Every call line
  * needs "t" and "call"; allocation and free lines also need "ptr" and
  * "size".  Other fields are optional and extra fields are ignored, so logs
- * of older and newer cupool versions read alike.
+ * of older and newer cupool versions read alike; an allocation or free of a
+ * "kind" of memory this reader does not know is read as a call of no
+ * memory (TRACE_OTHER).
  */
 #include "trace.h"
 #include "jsonl.h"
@@ -34,17 +36,43 @@ static uint16_t intern(trace_t *t, const char *name)
     return (uint16_t)t->name_count++;
 }
 
-static int call_kind(const char *call)
+/* The calls that allocate and free, with the memory each implies. */
+static const struct {
+    const char *name;
+    uint8_t kind, mem;
+} memory_calls[] = {
+    {"cuMemAlloc_v2", TRACE_ALLOC, TRACE_MEM_DEVICE},
+    {"cuMemAlloc", TRACE_ALLOC, TRACE_MEM_DEVICE},
+    {"cuMemAllocPitch_v2", TRACE_ALLOC, TRACE_MEM_DEVICE},
+    {"cuMemAllocPitch", TRACE_ALLOC, TRACE_MEM_DEVICE},
+    {"cuMemAllocHost_v2", TRACE_ALLOC, TRACE_MEM_HOST},
+    {"cuMemAllocHost", TRACE_ALLOC, TRACE_MEM_HOST},
+    {"cuMemHostAlloc", TRACE_ALLOC, TRACE_MEM_HOST},
+    {"cuMemAllocManaged", TRACE_ALLOC, TRACE_MEM_MANAGED},
+    {"cuMemFree_v2", TRACE_FREE, TRACE_MEM_DEVICE},
+    {"cuMemFree", TRACE_FREE, TRACE_MEM_DEVICE},
+    {"cuMemFreeAsync", TRACE_FREE, TRACE_MEM_DEVICE},
+    {"cuMemFreeAsync_ptsz", TRACE_FREE, TRACE_MEM_DEVICE},
+    {"cuMemFreeHost", TRACE_FREE, TRACE_MEM_HOST},
+};
+
+static int call_kind(const char *call, uint8_t *mem)
 {
-    static const char *const allocs[] = {"cuMemAlloc_v2", "cuMemAlloc", "cuMemAllocPitch_v2", "cuMemAllocPitch"};
-    static const char *const frees[] = {"cuMemFree_v2", "cuMemFree", "cuMemFreeAsync", "cuMemFreeAsync_ptsz"};
-    for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++)
-        if (strcmp(call, allocs[i]) == 0) return TRACE_ALLOC;
-    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
-        if (strcmp(call, frees[i]) == 0) return TRACE_FREE;
+    *mem = TRACE_MEM_DEVICE;
+    for (size_t i = 0; i < sizeof memory_calls / sizeof *memory_calls; i++)
+        if (strcmp(call, memory_calls[i].name) == 0) return *mem = memory_calls[i].mem, memory_calls[i].kind;
     if (strcmp(call, "cupool.start") == 0) return TRACE_START;
     if (strcmp(call, "cupool.message") == 0) return TRACE_MESSAGE;
     return TRACE_OTHER;
+}
+
+/* The "kind" field's memory, or -1 for a kind this reader does not know. */
+static int mem_code(const char *kind)
+{
+    static const char *const names[] = {"device", "host", "managed"};
+    for (int i = 0; i < TRACE_MEM_KINDS; i++)
+        if (strcmp(kind, names[i]) == 0) return i;
+    return -1;
 }
 
 static int route_code(const char *route)
@@ -66,7 +94,7 @@ static const char *record_of(trace_t *t, const char *text, size_t len, trace_rec
     memset(r, 0, sizeof *r);
     if (jsonl_get_u64(&line, "t", &r->t) != 0) return "missing or bad \"t\" (a time in ns)";
     if (jsonl_get_str(&line, "call", call, sizeof call) != 0 || !call[0]) return "missing or bad \"call\"";
-    r->kind = (uint8_t)call_kind(call);
+    r->kind = (uint8_t)call_kind(call, &r->mem);
     r->call = intern(t, call);
     r->dev = -1;
     r->ok = 1;
@@ -87,6 +115,18 @@ static const char *record_of(trace_t *t, const char *text, size_t len, trace_rec
     if (jsonl_get(&line, "route")) {
         if (jsonl_get_str(&line, "route", buf, sizeof buf) != 0) return "bad \"route\"";
         r->route = (uint8_t)route_code(buf);
+    }
+    if (jsonl_get(&line, "kind")) {
+        if (jsonl_get_str(&line, "kind", buf, sizeof buf) != 0) return "bad \"kind\"";
+        int mem = mem_code(buf);
+        if (mem < 0 && (r->kind == TRACE_ALLOC || r->kind == TRACE_FREE)) r->kind = TRACE_OTHER;
+        else if (mem >= 0) r->mem = (uint8_t)mem;
+        r->has_kind = 1;
+    }
+    if (jsonl_get(&line, "flags")) {
+        if (jsonl_get_i64(&line, "flags", &i64) != 0 || i64 < 0 || i64 > UINT32_MAX) return "bad \"flags\"";
+        r->flags = (uint32_t)i64;
+        r->has_flags = 1;
     }
     buf[0] = '\0';
     if (jsonl_get(&line, "result") && jsonl_get_str(&line, "result", buf, sizeof buf) != 0) return "bad \"result\"";

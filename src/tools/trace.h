@@ -13,6 +13,13 @@
 
 enum { TRACE_OTHER, TRACE_ALLOC, TRACE_FREE, TRACE_START, TRACE_MESSAGE };
 enum { TRACE_ROUTE_NONE, TRACE_ROUTE_POOL, TRACE_ROUTE_NATIVE, TRACE_ROUTE_REWRITTEN, TRACE_ROUTE_UNKNOWN };
+/* The memory an allocation or free is of: the line's "kind" field ("host",
+ * "managed"; device lines have none), else what its call implies
+ * (cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost: pinned host;
+ * cuMemAllocManaged: managed).  A cuMemFree line without "kind" says
+ * device, but frees whatever its pointer was allocated as: the tools match
+ * it to its allocation (has_kind tells them the line did not name it). */
+enum { TRACE_MEM_DEVICE, TRACE_MEM_HOST, TRACE_MEM_MANAGED, TRACE_MEM_KINDS };
 
 typedef struct trace_record {
     uint64_t t;          /* CLOCK_MONOTONIC ns at the start of the call */
@@ -28,6 +35,10 @@ typedef struct trace_record {
     uint8_t route;       /* TRACE_ROUTE_* */
     uint8_t ok;          /* result was CUDA_SUCCESS (or absent) */
     uint8_t has_reserved;
+    uint8_t mem;         /* TRACE_MEM_*: allocations and frees */
+    uint8_t has_kind;    /* the line has a "kind" field */
+    uint8_t has_flags;
+    uint32_t flags;      /* host and managed allocations: the "flags" field */
     int32_t dev;         /* -1 unknown */
     int32_t tid;         /* 0 when absent */
 } trace_record_t;
