@@ -175,6 +175,25 @@ int hm_case_fence_race(void)
     CHECK_CU(cuMemFree(od));
     CHECK_CU(cuCtxDestroy(other));
     CHECK_CU(cuCtxSetCurrent(hm_primary));
+    /* Another device's primary context, retained and made current, whose
+     * legacy stream writes them: nothing else of it passed through cupool. */
+    if (tl_device_count() > 1) {
+        CUdevice dev1;
+        CUcontext primary1;
+        CHECK_CU(cuDeviceGet(&dev1, 1));
+        p = hm_take(&portable, NULL);
+        m = hm_take(&managed, NULL);
+        CHECK_CU(cuDevicePrimaryCtxRetain(&primary1, dev1));
+        CHECK_CU(cuCtxSetCurrent(primary1));
+        CHECK_CU(cuMemsetD8Async((CUdeviceptr)(uintptr_t)p, 3, n, CU_STREAM_LEGACY));
+        CHECK_CU(cuMemsetD8Async((CUdeviceptr)(uintptr_t)m, 4, n, CU_STREAM_LEGACY));
+        CHECK_CU(cuCtxSetCurrent(hm_primary));
+        p = reused_after(&portable, p, "another device's legacy stream writing it");
+        m = reused_after(&managed, m, "another device's legacy stream writing it");
+        hm_give(&portable, p);
+        hm_give(&managed, m);
+        CHECK_CU(cuDevicePrimaryCtxRelease(dev1));
+    }
     CHECK_CU(cuMemFree(d));
     CHECK_CU(cuStreamDestroy(s));
     return 0;

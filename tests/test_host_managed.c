@@ -36,8 +36,9 @@
  *                   serves nothing: the driver allocates; it serves once
  *                   the context was synchronized.
  *   fence-race:     blocks the device was writing or reading on a
- *                   non-blocking stream (of this or another context) when
- *                   freed serve the next allocation, and the host's write to
+ *                   non-blocking stream (of this or another context), or on
+ *                   the legacy stream of another device's primary context,
+ *                   when freed serve the next allocation, and the host's write to
  *                   them is ordered after that work (the race checker stays
  *                   silent; the same write without the free it reports), in
  *                   every free mode and with either kind of fence.
