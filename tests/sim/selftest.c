@@ -8,7 +8,8 @@
  *   SIMCUDA_MEMSET_BUG=1 LD_LIBRARY_PATH=/tmp/simbuild /tmp/simbuild/selftest
  *
  * It walks through initialisation, contexts, memory, pools, events, capture,
- * modules, graphs, pinned host and managed memory and their pools, host
+ * modules, graphs, pinned host and managed memory and their pools (with
+ * their caps, SIMCUDA_HOST_MEM and SIMCUDA_MANAGED_MEM), host
  * accesses the race checker must order (racy ones in child processes, which
  * it must stop with status 3) and cuGetProcAddress, checking the result codes and the
  * memory contents the simulator is meant to produce.  Memory sharing between
@@ -750,8 +751,35 @@ static void test_graphs(CUfunction fill)
 
 /* ---- pinned host memory, managed memory, host and managed pools ------------------- */
 
-/* The race checker's stand-in for host loads and stores (exported by the simulator). */
+/* The race checker's stand-in for host loads and stores, and the counts of
+ * the driver's own pinned and managed allocations (exported by the simulator). */
 void simcuda_host_access(const void *p, size_t bytes, int write);
+long long simcuda_host_allocations(int managed);
+long long simcuda_host_bytes(int managed);
+
+/* SIMCUDA_HOST_MEM=1M and SIMCUDA_MANAGED_MEM=2M (set by main): allocations
+ * past the cap fail, the live bytes and the allocations made are counted. */
+static void test_host_memory_caps(void)
+{
+    void *h, *h2;
+    CUdeviceptr m, m2;
+    long long made = simcuda_host_allocations(0), made_managed = simcuda_host_allocations(1);
+    TRUE(simcuda_host_bytes(0) == 0 && simcuda_host_bytes(1) == 0);
+    OK(cuMemHostAlloc(&h, 768 << 10, 0));
+    EXPECT(cuMemAllocHost(&h2, 512 << 10), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemAllocHost(&h2, 256 << 10));
+    TRUE(simcuda_host_bytes(0) == 1 << 20 && simcuda_host_allocations(0) == made + 2);
+    OK(cuMemAllocManaged(&m, 2 << 20, CU_MEM_ATTACH_GLOBAL)); /* the caps are apart */
+    EXPECT(cuMemAllocManaged(&m2, 1, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_OUT_OF_MEMORY);
+    TRUE(simcuda_host_bytes(1) == 2 << 20 && simcuda_host_allocations(1) == made_managed + 1);
+    OK(cuMemFreeHost(h));
+    OK(cuMemAllocHost(&h, 512 << 10));
+    OK(cuMemFreeHost(h));
+    OK(cuMemFreeHost(h2));
+    OK(cuMemFree(m));
+    TRUE(simcuda_host_bytes(0) == 0 && simcuda_host_bytes(1) == 0);
+    TRUE(simcuda_host_allocations(0) == made + 3 && simcuda_host_allocations(1) == made_managed + 1);
+}
 
 /* The pointer attributes that tell pinned, managed and pool memory apart, for
  * a pointer into memory of device 0. */
@@ -1214,6 +1242,8 @@ int main(int argc, char **argv)
     CUfunction fill;
     setenv("SIMCUDA_EVENT_DELAY", "2", 1);
     setenv("SIMCUDA_MEM", "64M", 1);
+    setenv("SIMCUDA_HOST_MEM", "1M", 1);
+    setenv("SIMCUDA_MANAGED_MEM", "2M", 1);
     test_init_and_devices();
     CUdeviceptr p;
     EXPECT(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
@@ -1230,6 +1260,7 @@ int main(int argc, char **argv)
     test_pinned_memory();
     test_managed_memory();
     test_host_and_managed_pools();
+    test_host_memory_caps();
     test_host_races();
     test_proc_address();
     test_contexts();

@@ -30,7 +30,13 @@
  * whose pointer attributes and error codes are those measured on CUDA 13.
  * Nothing migrates: all of it is ordinary host memory.  The race checker
  * sees host loads and stores only when a test reports them through
- * simcuda_host_access().
+ * simcuda_host_access().  SIMCUDA_HOST_MEM and SIMCUDA_MANAGED_MEM (bytes,
+ * K/M/G suffixes; unlimited when unset) cap the pinned host and the managed
+ * memory of cuMemAllocHost/cuMemHostAlloc and cuMemAllocManaged live at once:
+ * past the cap those calls answer CUDA_ERROR_OUT_OF_MEMORY.  Tests count the
+ * driver's own allocations of either kind with simcuda_host_allocations(managed)
+ * (made so far) and simcuda_host_bytes(managed) (bytes live now), which tell a
+ * block served again by cupool from one the driver made.
  */
 #ifndef CUPOOL_SIM_H
 #define CUPOOL_SIM_H
@@ -294,6 +300,10 @@ typedef struct {
     unsigned long long next_id;
     sim_vec pools;
     CUmemoryPool default_host_pool, current_host_pool; /* location type HOST, allocType PINNED */
+    /* cuMemAllocHost/cuMemHostAlloc ([0]) and cuMemAllocManaged ([1]) memory (sim_host.c) */
+    size_t host_cap[2];                     /* SIMCUDA_HOST_MEM, SIMCUDA_MANAGED_MEM: most bytes live at once */
+    size_t host_bytes[2];                   /* live now */
+    unsigned long long host_allocations[2]; /* made so far (simcuda_host_allocations) */
     sim_vec captures; /* streams with a capture sequence in progress */
 } sim_state;
 

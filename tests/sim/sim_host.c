@@ -28,12 +28,20 @@
 CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream s);
 CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(CUstream s, CUdeviceptr p, size_t n, unsigned flags);
 
+/* Which of sim.host_cap, host_bytes and host_allocations an allocation counts in. */
+static int host_kind_index(sim_alloc_kind kind)
+{
+    return kind == SIM_ALLOC_MANAGED;
+}
+
 static CUresult host_register(size_t bytes, sim_alloc_kind kind, unsigned flags, uintptr_t *out)
 {
     CUcontext ctx;
     void *host = NULL;
+    int k = host_kind_index(kind);
     SIM_CHECK(sim_current_ctx(&ctx));
     SIM_CHECK(sim_capture_check_unsafe());
+    if (bytes > sim.host_cap[k] - sim.host_bytes[k]) return CUDA_ERROR_OUT_OF_MEMORY; /* SIMCUDA_HOST_MEM, SIMCUDA_MANAGED_MEM */
     if (posix_memalign(&host, 4096, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     sim_alloc *a = sim_alloc_register((uintptr_t)host, bytes, ctx, ctx->device, kind, NULL, host);
     if (!a) {
@@ -41,6 +49,8 @@ static CUresult host_register(size_t bytes, sim_alloc_kind kind, unsigned flags,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a->flags = flags;
+    sim.host_bytes[k] += bytes;
+    sim.host_allocations[k]++;
     *out = a->base;
     return CUDA_SUCCESS;
 }
@@ -48,8 +58,24 @@ static CUresult host_register(size_t bytes, sim_alloc_kind kind, unsigned flags,
 void sim_host_free(sim_alloc *a)
 {
     void *host = a->host_block;
+    sim.host_bytes[host_kind_index(a->kind)] -= a->size;
     sim_alloc_unregister(a);
     free(host);
+}
+
+/* For tests: the allocations of pinned host memory (managed 0: cuMemAllocHost,
+ * cuMemHostAlloc) or of managed memory (managed 1: cuMemAllocManaged) made so
+ * far, and the bytes of them live now. */
+SIM_API long long simcuda_host_allocations(int managed)
+{
+    SIM_LOCKED;
+    return (long long)sim.host_allocations[managed != 0];
+}
+
+SIM_API long long simcuda_host_bytes(int managed)
+{
+    SIM_LOCKED;
+    return (long long)sim.host_bytes[managed != 0];
 }
 
 /* ---- pinned host memory ---------------------------------------------------------- */
