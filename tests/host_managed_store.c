@@ -305,6 +305,9 @@ int hm_case_advised(void)
     return 0;
 }
 
+/* Prefetches are not undone (README, "Pinned host and managed memory"): a
+ * prefetched block is kept, its advice as fresh, and only its
+ * LAST_PREFETCH_LOCATION tells the prefetch of its previous allocation. */
 int hm_case_prefetched(void)
 {
     hm_init();
@@ -316,11 +319,35 @@ int hm_case_prefetched(void)
     CHECK_CU(cuMemPrefetchAsync(m, k.size, hm_device0, 0, s));
     CHECK_CU(cuStreamSynchronize(s));
     hm_give(&k, p);
-    p = hm_take(&k, NULL);
-    expect_pristine((CUdeviceptr)(uintptr_t)p, k.size, "a prefetched block's free");
-    hm_give(&k, p);
+    void *again = hm_take(&k, NULL);
+    CUdeviceptr n = (CUdeviceptr)(uintptr_t)again;
+    int kept = hm_kept(1);
+    if (kept != (again == p))
+        CHECK_FAIL("a prefetched managed block %s served again (expected %s)", again == p ? "was" : "was not",
+                   kept ? "kept" : "not kept");
+    int lp = range_int(n, k.size, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION);
+    int want = kept ? hm_device0.id : CU_DEVICE_INVALID;
+    if (lp != want)
+        CHECK_FAIL("the block allocated after a prefetched block's free (%s) has LAST_PREFETCH_LOCATION %d, expected %d",
+                   kept ? "served again" : "a fresh one", lp, want);
+    if (kept) {
+        /* Everything else as fresh: prefetch it elsewhere and back, and
+         * the advice attributes are a fresh block's. */
+        CHECK_CU(cuMemPrefetchAsync(n, k.size, hm_on_host, 0, s));
+        CHECK_CU(cuStreamSynchronize(s));
+    }
+    int accessed[4];
+    CHECK_CU(cuMemRangeGetAttribute(accessed, sizeof accessed, CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, n, k.size));
+    int rm = range_int(n, k.size, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY),
+        pl = range_int(n, k.size, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION);
+    if (rm != 0 || pl != CU_DEVICE_INVALID || accessed[0] != CU_DEVICE_INVALID)
+        CHECK_FAIL("the block allocated after a prefetched block's free has READ_MOSTLY %d, PREFERRED_LOCATION %d, "
+                   "ACCESSED_BY %d (a fresh block: 0, %d, %d)",
+                   rm, pl, accessed[0], CU_DEVICE_INVALID, CU_DEVICE_INVALID);
+    hm_give(&k, again);
     CHECK_CU(cuStreamDestroy(s));
-    printf("the block allocated after a prefetched block's free answers as a fresh one\n");
+    printf("the block allocated after a prefetched block's free: %s, LAST_PREFETCH_LOCATION %d, no advice\n",
+           kept ? "the same block, kept" : "a fresh one", lp);
     return 0;
 }
 

@@ -108,6 +108,7 @@ static const tl_case_t cases[] = {
     {"fence-race-no-ctx-event", hm_case_fence_race, {"SIMCUDA_RACES=count", "SIMCUDA_NO_CTX_RECORD_EVENT=1", NULL}, 1, NULL},
     {"advised", hm_case_advised, {NULL}, 1, NULL},
     {"prefetched", hm_case_prefetched, {NULL}, 1, NULL},
+    {"prefetched-managed-off", hm_case_prefetched, {"CUPOOL_MANAGED=0", "TEST_KEPT=host", NULL}, 1, NULL},
     {"keep-limit", hm_case_keep_limit, {"CUPOOL_HOST_KEEP=64K", "CUPOOL_MANAGED_KEEP=128K", NULL}, 1, NULL},
     {"keep-default", hm_case_keep_default, {NULL}, 1, NULL},
     {"oom", hm_case_oom, {"SIMCUDA_HOST_MEM=1M", "SIMCUDA_MANAGED_MEM=1M", NULL}, 1, NULL},
