@@ -7,10 +7,10 @@
  * with dlsym.  What the driver answers a forked child is its business (the
  * simulator serves it; a GPU driver refuses): only a clean exit is asserted.
  * The parent carries on allocating afterwards with its statistics intact.
- * Last, a child that ends with exit() (the driver's exit-time teardown in a
- * child of a process with pools crashes on a GPU: cupool ends such an exit
- * itself) keeps its exit status, its buffered output and the handlers it
- * registered.
+ * Last, a child that ends with exit() (on a GPU the driver's exit-time
+ * teardown crashes in a child of a process cupool served: cupool ends such
+ * an exit itself) keeps its exit status, its buffered output and the
+ * handlers it registered.
  */
 #define _GNU_SOURCE
 #include "testlib.h"

@@ -58,13 +58,15 @@ static void at_exit(void)
     cupool_log_flush();
 }
 
-/* A forked child of a process that allocated from memory pools dies in
- * the driver's exit-time teardown when it calls exit() (SIGSEGV inside
- * libcuda.so.1, driver 580 on an H200; a child of a process without pools
- * exits cleanly).  The child cannot use CUDA anyway, and the driver has
- * nothing of its own to release there: so such a child's exit ends here,
- * with its status and its stdio flushed, once the handlers registered
- * after cuInit have run. */
+/* A forked child that calls exit() after cupool served allocations in its
+ * parent dies in the driver's exit-time teardown (SIGSEGV inside
+ * libcuda.so.1, driver 580, on an H100 and an H200), where a native child
+ * of a process that allocated from pools of its own exits cleanly; which of
+ * the objects cupool made (pools, streams, events) trips the teardown is
+ * not known.  The child cannot use CUDA anyway, and the
+ * driver has nothing of the child's to release: so such a child's exit
+ * ends here, with its status and its stdio flushed, once the handlers
+ * registered after cuInit have run. */
 static int child_of_pools;
 
 static void fork_child(void)
