@@ -662,23 +662,6 @@ int hm_table(void)
     return 0;
 }
 
-static int parse_results(const char *out, CUresult *results)
-{
-    int n = 0;
-    for (size_t i = 0; i < NROWS; i++) results[i] = (CUresult)-1;
-    for (const char *line = out; line && *line;) {
-        size_t i;
-        int r;
-        if (sscanf(line, "%zu %d", &i, &r) == 2 && i < NROWS) {
-            results[i] = (CUresult)r;
-            n++;
-        }
-        const char *nl = strchr(line, '\n');
-        line = nl ? nl + 1 : NULL;
-    }
-    return n;
-}
-
 /* Settings the comparisons run under, and the kinds each keeps. */
 static const char *const settings[][8] = {
     {"TEST_KEPT=host,managed", NULL},
@@ -753,7 +736,7 @@ int hm_compare_table(void)
         CHECK_FAIL("the bad-input table failed natively");
     }
     CUresult expected[NROWS];
-    CHECK_EQ(parse_results(native.out, expected), NROWS);
+    CHECK_EQ(tl_parse_results(native.out, expected, NROWS), NROWS);
     int failed = 0;
     for (size_t k = 0; k < NSETTINGS + 1; k++) {
         /* Fences that complete late: kept blocks serve later. */
@@ -765,7 +748,7 @@ int hm_compare_table(void)
         tl_child_t c;
         tl_run_self(args, env, 0, 60, &c);
         CUresult got[NROWS];
-        int n = parse_results(c.out, got);
+        int n = tl_parse_results(c.out, got, NROWS);
         int bad = c.status != 0 || n != (int)NROWS || !strstr(c.out, "the program went on");
         for (size_t i = 0; i < NROWS; i++) {
             if (got[i] == expected[i]) continue;

@@ -441,23 +441,6 @@ static int table(void)
     return 0;
 }
 
-static int parse(const char *out, CUresult *results)
-{
-    int n = 0;
-    for (size_t i = 0; i < NROWS; i++) results[i] = (CUresult)-1;
-    for (const char *line = out; line && *line;) {
-        size_t i;
-        int r;
-        if (sscanf(line, "%zu %d", &i, &r) == 2 && i < NROWS) {
-            results[i] = (CUresult)r;
-            n++;
-        }
-        const char *nl = strchr(line, '\n');
-        line = nl ? nl + 1 : NULL;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--table") == 0) return table();
@@ -471,7 +454,7 @@ int main(int argc, char **argv)
         CHECK_FAIL("the table failed natively");
     }
     CUresult expected[NROWS];
-    CHECK_EQ(parse(native.out, expected), NROWS);
+    CHECK_EQ(tl_parse_results(native.out, expected, NROWS), NROWS);
 
     static const char *const runs[][8] = {
         {"CUPOOL_FREE=auto", NULL},
@@ -495,7 +478,7 @@ int main(int argc, char **argv)
         tl_child_t c;
         tl_run_self(args, runs[k], 0, 60, &c);
         CUresult got[NROWS];
-        int n = parse(c.out, got);
+        int n = tl_parse_results(c.out, got, NROWS);
         int bad = c.status != 0 || n != (int)NROWS;
         for (size_t i = 0; i < NROWS; i++) {
             if (got[i] == expected[i]) continue;

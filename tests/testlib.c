@@ -278,6 +278,23 @@ int tl_count_substr(const char *text, const char *needle)
     return n;
 }
 
+int tl_parse_results(const char *out, CUresult *results, size_t nrows)
+{
+    int n = 0;
+    for (size_t i = 0; i < nrows; i++) results[i] = (CUresult)-1;
+    for (const char *line = out; line && *line;) {
+        size_t i;
+        int r;
+        if (sscanf(line, "%zu %d", &i, &r) == 2 && i < nrows) {
+            results[i] = (CUresult)r;
+            n++;
+        }
+        const char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
 CUmemoryPool tl_pool_of(CUdeviceptr ptr)
 {
     CUmemoryPool pool = NULL;

@@ -58,6 +58,9 @@ void tl_child_free(tl_child_t *child);
 /* Number of lines of text starting with prefix / containing needle. */
 int tl_count_prefix(const char *text, const char *prefix);
 int tl_count_substr(const char *text, const char *needle);
+/* Reads the lines "ROW RESULT" a child printed into results[ROW] (-1 for
+ * a row it did not print); returns how many rows it printed. */
+int tl_parse_results(const char *out, CUresult *results, size_t nrows);
 /* Prints a child's output to stderr, for failure reports. */
 void tl_child_dump(const char *what, const tl_child_t *child);
 

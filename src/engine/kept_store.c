@@ -439,4 +439,5 @@ static void fork_child(void)
 void cupool_kept_start(void)
 {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    cupool_context_on_teardown(cupool_kept_forget_context);
 }

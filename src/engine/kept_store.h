@@ -27,7 +27,9 @@ enum cupool_kept_kind {
     CUPOOL_KEPT_KINDS
 };
 
-/* Its fork handlers (the engine's start-up). */
+/* Its fork handlers and its part in a context's teardown; after
+ * cupool_engine_start(), so that at a fork its lock is taken before the
+ * registry's, as everywhere else. */
 void cupool_kept_start(void);
 
 /* Whether the store serves this kind now (cupool started, the policy not

@@ -14,7 +14,6 @@
  * too: the engine's start-up, and the teardown of a context's state.
  */
 #include "state.h"
-#include "kept_store.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -430,6 +429,13 @@ int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg)
 
 /* ---- context teardown ---------------------------------------------------- */
 
+static cupool_teardown_fn *teardown_hook;
+
+void cupool_context_on_teardown(cupool_teardown_fn *fn)
+{
+    teardown_hook = fn;
+}
+
 static void free_on_legacy(const cupool_origin_t *o, void *arg)
 {
     cupool_context_t *c = arg;
@@ -447,7 +453,7 @@ static void teardown_current(cupool_context_t *c)
     pthread_mutex_lock(&c->lock);
     cupool_deferred_drop(c, c->private_stream);
     pthread_mutex_unlock(&c->lock);
-    cupool_kept_forget_context(c, 1);
+    if (teardown_hook) teardown_hook(c, 1);
     if (c->device->pooled) {
         cupool_origin_drain(c, free_on_legacy, c);
         cupool_ipc_forget_context(c);
@@ -555,7 +561,6 @@ static void captures_ended(void);
 void cupool_engine_start(void)
 {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    cupool_kept_start();
     cupool_capture_on_end(captures_ended);
     cupool_queue_decide();
     /* Under CUPOOL_LIMIT the store keeps no block larger than itself
@@ -623,7 +628,7 @@ static void forget_dead_primary(cupool_context_t *c, int ordinal)
         real_cuDevicePrimaryCtxRelease_v2(ordinal);
     }
     /* The context's stream and events died with it: only host state is left. */
-    cupool_kept_forget_context(c, 0);
+    if (teardown_hook) teardown_hook(c, 0);
     destroy_state(c);
 }
 

@@ -205,6 +205,11 @@ CUresult cupool_free_sync(const cupool_origin_t *o);
 void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
+/* What else must go with a context (the kept store, kept_store.c): called
+ * at its teardown, the context current and synchronized (alive 1), or once
+ * it is already gone with its memory and events (alive 0). */
+typedef void cupool_teardown_fn(cupool_context_t *c, int alive);
+void cupool_context_on_teardown(cupool_teardown_fn *fn);
 /* Whether any device's allocations are served from pools. */
 int cupool_pools_in_use(void);
 /* Calls fn for every context cupool knows, in turn, none torn down

@@ -92,6 +92,7 @@ static void start(void)
     atexit(at_exit);
     pthread_atfork(NULL, NULL, fork_child);
     cupool_engine_start();
+    cupool_kept_start();
     cupool_live_start();
     atomic_store(&cupool_hot.started, 1);
 }
