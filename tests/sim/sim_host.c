@@ -34,6 +34,11 @@ static int host_kind_index(sim_alloc_kind kind)
     return kind == SIM_ALLOC_MANAGED;
 }
 
+/* No machine pins or maps more than this: beyond it the driver's answer
+ * for too little memory, without asking the host allocator (a sanitizer's
+ * aborts on a request that large instead of failing it). */
+#define HOST_MAX_BYTES (1ull << 40)
+
 static CUresult host_register(size_t bytes, sim_alloc_kind kind, unsigned flags, uintptr_t *out)
 {
     CUcontext ctx;
@@ -42,6 +47,7 @@ static CUresult host_register(size_t bytes, sim_alloc_kind kind, unsigned flags,
     SIM_CHECK(sim_current_ctx(&ctx));
     SIM_CHECK(sim_capture_check_unsafe());
     if (bytes > sim.host_cap[k] - sim.host_bytes[k]) return CUDA_ERROR_OUT_OF_MEMORY; /* SIMCUDA_HOST_MEM, SIMCUDA_MANAGED_MEM */
+    if (bytes > HOST_MAX_BYTES) return CUDA_ERROR_OUT_OF_MEMORY;
     if (posix_memalign(&host, 4096, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     sim_alloc *a = sim_alloc_register((uintptr_t)host, bytes, ctx, ctx->device, kind, NULL, host);
     if (!a) {
