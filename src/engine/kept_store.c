@@ -16,26 +16,24 @@
  * whole device). */
 #define KEPT_FENCES 8
 
+/* What an allocation must match to take a kept block; the size first, as
+ * the table's hash reads the first word.  Zeroed before it is filled: the
+ * table compares its bytes, padding included. */
+typedef struct {
+    size_t size;
+    cupool_context_t *owner;  /* the context current at its allocation: the memory is that context's */
+    int kind;                 /* enum cupool_kept_kind */
+    unsigned flags;
+} kept_id_t;
+
 /* A block the driver allocated for the program, in use or kept. */
 typedef struct tracked {
     uintptr_t ptr;
-    size_t size;
-    unsigned flags;
-    int kind;                 /* enum cupool_kept_kind */
+    kept_id_t id;
     int touched;              /* managed: given advice or attached to a stream */
     int kept;                 /* freed by the program, in the store */
-    cupool_context_t *owner;  /* the context current at its allocation: the memory is that context's */
     UT_hash_handle hh;
 } tracked_t;
-
-/* What an allocation must match to take a kept block; the size first, as
- * the table's hash reads the first word. */
-typedef struct {
-    size_t size;
-    cupool_context_t *owner;
-    int kind;
-    unsigned flags;
-} kept_id_t;
 
 typedef struct kept_block kept_block_t;
 
@@ -48,9 +46,7 @@ typedef struct kept_key {
 
 /* A freed block waiting for the next allocation of its id. */
 struct kept_block {
-    uintptr_t ptr;
-    kept_id_t id;
-    tracked_t *t;                 /* its record, which says it is kept */
+    tracked_t *t;                 /* its record: pointer, id, and that it is kept */
     kept_block_t *next;           /* in its key's list */
     kept_block_t *older, *newer;  /* in its class's list (pinned host, managed), oldest first */
     int nfences;                  /* fences not yet seen complete */
@@ -65,7 +61,6 @@ static tracked_t *tracked;
 static kept_key_t *keys;
 /* Per class (1: pinned host, 0: managed), the kept blocks oldest first. */
 static kept_block_t *oldest[2], *newest[2];
-static uint64_t kept_bytes[2];
 
 static int is_host(int kind)
 {
@@ -82,10 +77,16 @@ static void count(atomic_ullong *counter)
     atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
-static void set_kept_bytes(int host, uint64_t bytes)
+/* The bytes a class keeps: its statistics counter, written under kept_lock. */
+static uint64_t kept_bytes(int host)
 {
-    kept_bytes[host] = bytes;
+    return atomic_load_explicit(&stats_of(host)->kept_bytes, memory_order_relaxed);
+}
+
+static void add_kept_bytes(int host, int64_t delta)
+{
     cupool_kept_stats_t *s = stats_of(host);
+    uint64_t bytes = kept_bytes(host) + (uint64_t)delta;
     atomic_store_explicit(&s->kept_bytes, bytes, memory_order_relaxed);
     if (bytes > atomic_load_explicit(&s->peak_kept, memory_order_relaxed))
         atomic_store_explicit(&s->peak_kept, bytes, memory_order_relaxed);
@@ -98,12 +99,25 @@ int cupool_kept_serves(enum cupool_kept_kind kind)
 }
 
 /* The driver's free of a block, in the context that allocated it. */
-static CUresult driver_free(int kind, uintptr_t ptr, cupool_context_t *owner)
+static CUresult driver_free(const tracked_t *t)
 {
-    int pushed = owner ? cupool_enter_context(owner->ctx) : 0;
-    CUresult r = is_host(kind) ? real_cuMemFreeHost((void *)ptr) : real_cuMemFree_v2((CUdeviceptr)ptr);
+    int pushed = cupool_enter_context(t->id.owner->ctx);
+    CUresult r = is_host(t->id.kind) ? real_cuMemFreeHost((void *)t->ptr) : real_cuMemFree_v2((CUdeviceptr)t->ptr);
     cupool_leave_context(pushed);
     return r;
+}
+
+static tracked_t *find_tracked(uintptr_t ptr)
+{
+    tracked_t *t = NULL;
+    if (tracked) HASH_FIND(hh, tracked, &ptr, sizeof ptr, t);
+    return t;
+}
+
+static void untrack(tracked_t *t)
+{
+    HASH_DEL(tracked, t);
+    free(t);
 }
 
 /* ---- kept blocks (kept_lock held) --------------------------------------------- */
@@ -133,9 +147,11 @@ static kept_key_t *find_key(const kept_id_t *id)
 
 /* Takes b out of the store: out of its key's list (short: blocks of one
  * size, flags and context) and its class's. */
-static void unlink_block(kept_key_t *key, kept_block_t *b)
+static void unlink_block(kept_block_t *b)
 {
-    int host = is_host(b->id.kind);
+    const kept_id_t *id = &b->t->id;
+    int host = is_host(id->kind);
+    kept_key_t *key = find_key(id);
     kept_block_t **p = &key->oldest, *before = NULL;
     for (; *p != b; p = &(*p)->next) before = *p;
     *p = b->next;
@@ -148,24 +164,25 @@ static void unlink_block(kept_key_t *key, kept_block_t *b)
     else oldest[host] = b->newer;
     if (b->newer) b->newer->older = b->older;
     else newest[host] = b->older;
-    set_kept_bytes(host, kept_bytes[host] - b->id.size);
+    add_kept_bytes(host, -(int64_t)id->size);
 }
 
 /* Adds b (its fences recorded) as the newest of its key and class; 0 when
  * there is no host memory for its key. */
 static int link_newest(kept_block_t *b)
 {
-    kept_key_t *key = find_key(&b->id);
+    const kept_id_t *id = &b->t->id;
+    kept_key_t *key = find_key(id);
     if (!key) {
         if (!(key = calloc(1, sizeof *key))) return 0;
-        key->id = b->id;
+        key->id = *id;
         HASH_ADD(hh, keys, id, sizeof key->id, key);
         if (!key->hh.tbl) { /* uthash could not grow its table */
             free(key);
             return 0;
         }
     }
-    int host = is_host(b->id.kind);
+    int host = is_host(id->kind);
     b->next = NULL;
     if (key->oldest) key->newest->next = b;
     else key->oldest = b;
@@ -175,19 +192,19 @@ static int link_newest(kept_block_t *b)
     if (newest[host]) newest[host]->newer = b;
     else oldest[host] = b;
     newest[host] = b;
-    set_kept_bytes(host, kept_bytes[host] + b->id.size);
+    add_kept_bytes(host, (int64_t)id->size);
     return 1;
 }
 
-/* Hands the oldest kept block of a class back to the driver. */
-static void drop_oldest(int host)
+/* Takes a kept block out of the store and out of cupool's records; the
+ * driver frees it unless its context is already gone (and its memory with
+ * it). */
+static void drop_block(kept_block_t *b, int driver_frees)
 {
-    kept_block_t *b = oldest[host];
-    unlink_block(find_key(&b->id), b);
+    unlink_block(b);
     forget_fences(b);
-    driver_free(b->id.kind, b->ptr, b->id.owner);
-    HASH_DEL(tracked, b->t);
-    free(b->t);
+    if (driver_frees) driver_free(b->t);
+    untrack(b->t);
     free(b);
 }
 
@@ -197,7 +214,7 @@ static int track(uintptr_t ptr, const kept_id_t *id)
 {
     tracked_t *t = malloc(sizeof *t);
     if (!t) return 0;
-    *t = (tracked_t){.ptr = ptr, .size = id->size, .flags = id->flags, .kind = id->kind, .owner = id->owner};
+    *t = (tracked_t){.ptr = ptr, .id = *id};
     HASH_ADD(hh, tracked, ptr, sizeof t->ptr, t);
     if (t->hh.tbl) return 1;
     free(t);
@@ -205,17 +222,17 @@ static int track(uintptr_t ptr, const kept_id_t *id)
 }
 
 /* The oldest kept block of the id whose fences have all completed, taken
- * out of the store and tracked again; 0 when there is none. */
+ * out of the store and in use again; 0 when there is none. */
 static uintptr_t take_kept(const kept_id_t *id)
 {
     kept_key_t *key = find_key(id);
     if (!key || !fences_passed(key->oldest)) return 0;
     kept_block_t *b = key->oldest;
-    b->t->kept = b->t->touched = 0;
-    unlink_block(key, b);
-    uintptr_t ptr = b->ptr;
+    tracked_t *t = b->t;
+    t->kept = t->touched = 0;
+    unlink_block(b);
     free(b);
-    return ptr;
+    return t->ptr;
 }
 
 CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_fn *driver, uintptr_t *ptr,
@@ -225,7 +242,7 @@ CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_
     cupool_context_t *c = ptr && size ? cupool_current_context() : NULL;
     if (!c) return driver(ptr, size, flags);
     kept_id_t id;
-    memset(&id, 0, sizeof id); /* the padding too: the table compares the bytes */
+    memset(&id, 0, sizeof id);
     id.size = size;
     id.owner = c;
     id.kind = kind;
@@ -244,7 +261,7 @@ CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_
         return CUDA_SUCCESS;
     }
     CUresult r = driver(ptr, size, flags);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && atomic_load_explicit(&s->kept_bytes, memory_order_relaxed)) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && kept_bytes(host)) {
         cupool_kept_release(host);
         r = driver(ptr, size, flags);
     }
@@ -272,29 +289,29 @@ static int record_fence(cupool_context_t *c, void *arg)
 
 /* Keeps a block the program freed; 0 when it cannot (then the caller has
  * the driver free it).  kept_lock held. */
-static int keep(tracked_t *t, const kept_id_t *id)
+static int keep(tracked_t *t)
 {
-    int host = is_host(id->kind);
+    int host = is_host(t->id.kind);
     uint64_t limit = cupool_option_started(host ? CUPOOL_OPT_HOST_KEEP : CUPOOL_OPT_MANAGED_KEEP);
-    if (id->size > limit) return 0;
+    if (t->id.size > limit) return 0;
     kept_block_t *b = malloc(sizeof *b);
     if (!b) return 0;
-    b->ptr = t->ptr;
-    b->id = *id;
     b->t = t;
     b->nfences = 0;
-    /* A fence that cannot be set (a capture in progress, too many
-     * contexts, no event) leaves the block to the driver's free, which
-     * waits for the device. */
+    /* The context freeing it is among those fenced, even if it allocated
+     * nothing through cupool before.  A fence that cannot be set (a
+     * capture in progress, too many contexts, no event) leaves the block to
+     * the driver's free, which waits for the device. */
+    cupool_current_context();
     if (cupool_each_context(record_fence, b) != 0 || !link_newest(b)) {
         forget_fences(b);
         free(b);
         return 0;
     }
     t->kept = 1;
-    while (kept_bytes[host] > limit) {
+    while (kept_bytes(host) > limit) {
         count(&stats_of(host)->limit_frees);
-        drop_oldest(host);
+        drop_block(oldest[host], 1);
     }
     return 1;
 }
@@ -302,20 +319,16 @@ static int keep(tracked_t *t, const kept_id_t *id)
 int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int *route, CUresult *result)
 {
     if (!ptr || !cupool_active()) return 0;
-    /* The context freeing it is among those fenced, even if it allocated
-     * nothing through cupool before. */
-    cupool_current_context();
     pthread_mutex_lock(&kept_lock);
-    tracked_t *t = NULL;
-    if (tracked) HASH_FIND(hh, tracked, &ptr, sizeof ptr, t);
+    tracked_t *t = find_tracked(ptr);
     /* cuMemFreeHost of managed memory, or cuMemFree of pinned host memory:
      * the driver's answer. */
-    if (!t || is_host(t->kind) != host) {
+    if (!t || is_host(t->id.kind) != host) {
         pthread_mutex_unlock(&kept_lock);
         return 0;
     }
-    *size = t->size;
-    *flags = t->flags;
+    *size = t->id.size;
+    *flags = t->id.flags;
     *route = CUPOOL_ROUTE_NATIVE;
     /* A second free: what the driver answers for memory no longer
      * allocated, without reaching it (it would free the kept block). */
@@ -324,22 +337,15 @@ int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int
         *result = CUDA_ERROR_INVALID_VALUE;
         return 1;
     }
-    kept_id_t id;
-    memset(&id, 0, sizeof id);
-    id.size = t->size;
-    id.owner = t->owner;
-    id.kind = t->kind;
-    id.flags = t->flags;
     cupool_kept_stats_t *s = stats_of(host);
     count(&s->frees);
-    if (!t->touched && keep(t, &id)) {
+    if (!t->touched && keep(t)) {
         count(&s->kept_frees);
         *route = CUPOOL_ROUTE_POOL;
         *result = CUDA_SUCCESS;
     } else {
-        HASH_DEL(tracked, t);
-        free(t);
-        *result = driver_free(id.kind, ptr, id.owner);
+        *result = driver_free(t);
+        untrack(t);
     }
     pthread_mutex_unlock(&kept_lock);
     return 1;
@@ -348,12 +354,12 @@ int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int
 void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
 {
     pthread_mutex_lock(&kept_lock);
-    tracked_t *t = NULL;
-    if (tracked) HASH_FIND(hh, tracked, &ptr, sizeof ptr, t);
+    tracked_t *t = find_tracked(ptr);
     /* An interior pointer: any managed block the range meets (rare: the
      * driver's own calls take whole allocations more often than not). */
     for (tracked_t *each = t ? NULL : tracked; each; each = each->hh.next)
-        if (each->kind == CUPOOL_KEPT_MANAGED && ptr < each->ptr + each->size && each->ptr < ptr + (size ? size : 1))
+        if (each->id.kind == CUPOOL_KEPT_MANAGED && ptr < each->ptr + each->id.size &&
+            each->ptr < ptr + (size ? size : 1))
             each->touched = 1;
     if (t) t->touched = 1;
     pthread_mutex_unlock(&kept_lock);
@@ -364,7 +370,7 @@ void cupool_kept_release(int host)
     pthread_mutex_lock(&kept_lock);
     while (oldest[host]) {
         count(&stats_of(host)->oom_frees);
-        drop_oldest(host);
+        drop_block(oldest[host], 1);
     }
     pthread_mutex_unlock(&kept_lock);
 }
@@ -383,20 +389,14 @@ void cupool_kept_forget_context(cupool_context_t *c, int alive)
                 if (alive) cupool_fence_forget(c, b->fences[i].ev);
                 b->fences[i--] = b->fences[--b->nfences];
             }
-            if (b->id.owner != c) continue;
-            unlink_block(find_key(&b->id), b);
-            forget_fences(b);
             /* Natively the context's memory goes with it. */
-            if (alive) driver_free(b->id.kind, b->ptr, NULL);
-            free(b);
+            if (b->t->id.owner == c) drop_block(b, alive);
         }
     }
-    /* Its blocks in use (and the records of the kept ones just freed). */
+    /* Its blocks in use. */
     tracked_t *t, *tmp;
     HASH_ITER(hh, tracked, t, tmp) {
-        if (t->owner != c) continue;
-        HASH_DEL(tracked, t);
-        free(t);
+        if (t->id.owner == c) untrack(t);
     }
     pthread_mutex_unlock(&kept_lock);
 }
@@ -417,8 +417,7 @@ static void fork_child(void)
 {
     tracked_t *t, *tmp;
     HASH_ITER(hh, tracked, t, tmp) {
-        HASH_DEL(tracked, t);
-        free(t);
+        untrack(t);
     }
     kept_key_t *key, *ktmp;
     HASH_ITER(hh, keys, key, ktmp) {
@@ -431,7 +430,7 @@ static void fork_child(void)
             free(b);
         }
         oldest[host] = newest[host] = NULL;
-        kept_bytes[host] = 0;
+        atomic_store_explicit(&stats_of(host)->kept_bytes, 0, memory_order_relaxed);
     }
     pthread_mutex_init(&kept_lock, NULL);
 }

@@ -41,7 +41,8 @@ static const struct {
     [CUPOOL_KEPT_MANAGED] = {driver_alloc_managed, CUPOOL_KIND_MANAGED},
 };
 
-/* The allocation shims' common part; a NULL out pointer or size 0 gets the
+/* The allocation shims' common part: CUDA_ERROR_NOT_FOUND when the driver
+ * is to be asked directly.  A NULL out pointer or size 0 gets the
  * driver's own answer, and so does an allocation while a stream capture is
  * in progress (in the global capture mode the driver refuses it and
  * invalidates the capture, which a kept block would hide). */
@@ -52,11 +53,9 @@ static CUresult allocate(cupool_call_t *call, enum cupool_kept_kind kind, uintpt
     call->size = size;
     call->flags = flags;
     call->route = CUPOOL_ROUTE_NATIVE;
-    CUresult r = valid && size && !cupool_capturing() && cupool_kept_serves(kind)
-                     ? cupool_kept_alloc(kind, kinds[kind].driver, ptr, size, flags, &call->route)
-                     : CUDA_ERROR_NOT_FOUND;
-    if (r == CUDA_SUCCESS) call->ptr = (CUdeviceptr)*ptr;
-    return r;
+    return valid && size && !cupool_capturing() && cupool_kept_serves(kind)
+               ? cupool_kept_alloc(kind, kinds[kind].driver, ptr, size, flags, &call->route)
+               : CUDA_ERROR_NOT_FOUND;
 }
 
 CUPOOL_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
