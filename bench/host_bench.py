@@ -30,6 +30,7 @@ summary, checks) and RESULTS/host/ (the runs' CSVs), RESULTS/logs/host/.
 
 import argparse
 import csv
+import json
 import os
 import re
 import sys
@@ -244,12 +245,19 @@ def main():
         w.writeheader()
         w.writerows(rows)
     prefetch = sorted({r["prefetch"] for r in rows if r["mode"] == "managed" and r.get("prefetch")})
+    # The GPU, from the machine description scripts/bench-gpu.sh wrote beside
+    # it: the results say where they were measured when copied alone.
+    try:
+        with open(os.path.join(args.out, "machine.json")) as f:
+            gpu = json.load(f).get("GPU")
+    except (OSError, ValueError):
+        gpu = None
     B.write_results(args.out, "host", {
         "benchmark": "host", "rows": rows, "summary": summary, "targets": [], "checks": checks, "errors": errors,
         "notes": notes, "config": {"modes": modes, "pair_sizes": args.pair_sizes, "sizes": args.sizes,
                                    "target_time": args.target_time, "round_bytes": args.round_bytes,
                                    "reps": args.reps, "rounds": args.rounds, "rounds_done": rounds_done,
-                                   "configs": [c for c, _ in configs], "managed_prefetch": prefetch}})
+                                   "configs": [c for c, _ in configs], "managed_prefetch": prefetch, "gpu": gpu}})
     return 1 if errors or not all(c["ok"] for c in checks) else 0
 
 

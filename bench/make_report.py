@@ -188,7 +188,13 @@ def section_host(results):
     cfg = dict(HOST_DEFAULTS)
     cfg.update({k: v for k, v in ((d or {}).get("config") or {}).items() if k in HOST_DEFAULTS})
     cfg["round_bytes"] = size_words(cfg["round_bytes"])
-    text = [HOST_INTRO % cfg]
+    text = []
+    gpu = ((d or {}).get("config") or {}).get("gpu") or (load(results, "machine") or {}).get("GPU")
+    if d and gpu:
+        # Run alone (--section), this stage may come from another machine
+        # than the document's: it names its own.
+        text.append("Measured on %s; the raw results are `docs/results/host.json` and `host.csv`.\n" % gpu)
+    text.append(HOST_INTRO % cfg)
     columns = list(HOST_COLUMNS)
     if "cupool-pass" in ((d or {}).get("config") or {}).get("configs", []):
         columns[7:7] = [("cupool-pass", "cupool, kinds off, µs"), ("cupool-pass-spread", "spread")]

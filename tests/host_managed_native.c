@@ -15,7 +15,7 @@
 
 /* ---- queries: the same answers natively and under cupool ---------------------- */
 
-typedef enum { V_BOOL, V_UINT, V_INT, V_SIZE, V_ADDR, V_PTR, V_CTX, V_SET } vtype_t;
+typedef enum { V_BOOL, V_UINT, V_INT, V_SIZE, V_ADDR, V_PTR, V_MAPPING, V_CTX, V_SET } vtype_t;
 
 static const struct pattr {
     CUpointer_attribute attr;
@@ -31,7 +31,7 @@ static const struct pattr {
     {CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, "DEVICE_ORDINAL", V_INT},
     {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, "RANGE_START_ADDR", V_ADDR},
     {CU_POINTER_ATTRIBUTE_RANGE_SIZE, "RANGE_SIZE", V_SIZE},
-    {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, "MAPPING_BASE_ADDR", V_ADDR},
+    {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, "MAPPING_BASE_ADDR", V_MAPPING},
     {CU_POINTER_ATTRIBUTE_MAPPING_SIZE, "MAPPING_SIZE", V_SIZE},
     {CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, "SYNC_MEMOPS", V_BOOL},
     {CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, "IS_LEGACY_CUDA_IPC_CAPABLE", V_BOOL},
@@ -42,7 +42,11 @@ static const struct pattr {
 #define NPATTRS (sizeof pattrs / sizeof pattrs[0])
 
 /* A value as text that does not depend on where the block lies: addresses
- * as offsets from base. */
+ * as offsets from base.  The driver places pinned and managed blocks inside
+ * larger mappings (2 MiB here), so where a block's mapping begins depends on
+ * what else is allocated or kept beside it, natively as under cupool: the
+ * mapping base is compared only as a page-aligned address at or below the
+ * block. */
 static void value_text(char *out, size_t len, vtype_t type, const uint64_t *raw, uintptr_t base)
 {
     switch (type) {
@@ -52,6 +56,9 @@ static void value_text(char *out, size_t len, vtype_t type, const uint64_t *raw,
     case V_SIZE: snprintf(out, len, "%llu", (unsigned long long)*raw); break;
     case V_ADDR:
     case V_PTR: snprintf(out, len, "%+lld", *raw ? (long long)(*raw - base) : -1LL); break;
+    case V_MAPPING:
+        snprintf(out, len, "%s", *raw && *raw <= base && *raw % 4096 == 0 ? "at or below the block" : "elsewhere");
+        break;
     case V_CTX: {
         CUcontext cur = NULL;
         CHECK_CU(cuCtxGetCurrent(&cur));

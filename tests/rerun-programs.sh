@@ -5,7 +5,8 @@
 # tests/test_free_modes.sh (with a free mode forced) are made of it.
 #   rerun-programs.sh WHAT NAME=VALUE... [-- PROGRAM...]
 # WHAT names the run in what it prints; the programs are those after --, or
-# the Makefile's list (CUPOOL_TEST_PROGRAMS).  Exits 1 when one failed.
+# the Makefile's list (CUPOOL_TEST_PROGRAMS).  CUPOOL_TEST_JOBS programs run
+# at once (default: one per processor).  Exits 1 when one failed.
 set -u
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
 srcdir=${CUPOOL_SRCDIR:-$builddir}
@@ -34,7 +35,7 @@ programs=${*:-${CUPOOL_TEST_PROGRAMS:-}}
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-jobs=$(nproc 2>/dev/null || echo 2)
+jobs=${CUPOOL_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
 # shellcheck disable=SC2086
 printf '%s\n' $programs | xargs -P "$jobs" -I{} sh "$0" --one "$out" {} "$settings"
 
