@@ -72,7 +72,7 @@ void hm_use(void *p, size_t size, unsigned char value);
 /* host_managed_native.c: the children that print every answer about
  * blocks, and the bad-input table's results, and their comparisons with a
  * run without cupool under every setting (the number that differed). */
-int hm_queries(void);
+int hm_queries(size_t key); /* the answers about query key number `key` */
 int hm_table(void);
 int hm_compare_queries(void);
 int hm_compare_table(void);
@@ -82,6 +82,7 @@ int hm_case_reuse(void);
 int hm_case_fence_pending(void);
 int hm_case_fence_race(void);
 int hm_case_advised(void);
+int hm_case_advice_mapping(void);
 int hm_case_prefetched(void);
 int hm_case_keep_limit(void);
 int hm_case_keep_default(void);

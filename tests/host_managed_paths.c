@@ -312,6 +312,7 @@ int hm_case_log_and_stats(void)
         "cupool:   managed memory:\n",
         "cupool:     allocations 100 (served by kept blocks 99), frees 100 (kept 100)\n",
         "handed back: for the limit 0, out of memory 0\n",
+        "handed back: for the limit 0, out of memory 0, advice in their mapping 0\n",
     };
     for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++) {
         if (!strstr(c.err, stats[i])) {

@@ -292,7 +292,8 @@ int hm_case_advised(void)
         if (hm_live(1) != (hm_kept(1) ? (long long)k.size : 0)) CHECK_FAIL("an untouched block was not kept");
         printf("after %s: the driver frees it, the next block has none\n", touches[i].name);
     }
-    /* Advice the driver refuses, and advice on another block, change nothing. */
+    /* Advice the driver refuses changes nothing; advice on another block
+     * reaches this one only through a shared mapping (advice-mapping). */
     void *p = hm_take(&k, NULL), *q = hm_take(&k, NULL);
     CUmemLocation bad = {CU_MEM_LOCATION_TYPE_DEVICE, 99};
     CHECK_CU_EQ(cuMemAdvise((CUdeviceptr)(uintptr_t)p, k.size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, bad),
@@ -302,6 +303,69 @@ int hm_case_advised(void)
     if (hm_live(1) != (long long)k.size) CHECK_FAIL("a block given advice beside another was kept");
     hm_give(&k, p);
     CHECK_CU(cuStreamDestroy(touch_stream));
+    return 0;
+}
+
+static CUdeviceptr mapping_base(const void *p)
+{
+    CUdeviceptr base = 0;
+    CHECK_CU(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, (CUdeviceptr)(uintptr_t)p));
+    return base;
+}
+
+/* Advice lives in pages the driver's shared mappings hold: advice on one
+ * managed block hands back the kept blocks of its mapping at once, and a
+ * block in use beside it is not kept at its free; kept blocks of other
+ * mappings stay and serve. */
+int hm_case_advice_mapping(void)
+{
+    hm_init();
+    enum { N = 600 };
+    block_key_t k = MANAGED(GLOBAL, 8192);
+    static void *blocks[N];
+    size_t mapping = 0;
+    for (int i = 0; i < N; i++) blocks[i] = hm_take(&k, NULL);
+    CHECK_CU(cuPointerGetAttribute(&mapping, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, (CUdeviceptr)(uintptr_t)blocks[0]));
+    /* The advised block and one in use beside it: two blocks wholly in one mapping. */
+    int advised = -1, beside = -1;
+    for (int i = 0; i < N && beside < 0; i++)
+        for (int j = i + 1; j < N && beside < 0; j++)
+            if (mapping_base(blocks[i]) == mapping_base(blocks[j]) &&
+                (uintptr_t)blocks[i] + k.size <= mapping_base(blocks[i]) + mapping &&
+                (uintptr_t)blocks[j] + k.size <= mapping_base(blocks[j]) + mapping)
+                advised = i, beside = j;
+    CHECK_TRUE(beside >= 0);
+    uintptr_t lo = mapping_base(blocks[advised]), hi = lo + mapping;
+    /* Every other block freed (kept where this run keeps managed memory). */
+    long long in_mapping = 0, elsewhere = 0;
+    for (int i = 0; i < N; i++) {
+        if (i == advised || i == beside) continue;
+        if ((uintptr_t)blocks[i] < hi && lo < (uintptr_t)blocks[i] + k.size) in_mapping++;
+        else elsewhere++;
+        hm_give(&k, blocks[i]);
+    }
+    CHECK_TRUE(in_mapping > 0 && elsewhere > 0);
+    long long live = hm_live(1), kept = hm_kept(1);
+    CHECK_CU(cuMemAdvise((CUdeviceptr)(uintptr_t)blocks[advised], k.size, CU_MEM_ADVISE_SET_READ_MOSTLY, hm_device0));
+    long long want = live - (kept ? in_mapping * (long long)k.size : 0);
+    if (hm_live(1) != want)
+        CHECK_FAIL("after advice on a block, %lld managed bytes are live, expected %lld (%lld kept blocks in its "
+                   "mapping, %lld elsewhere)", hm_live(1), want, kept ? in_mapping : 0, kept ? elsewhere : 0);
+    printf("advice on a block: the %lld kept blocks of its mapping went back to the driver, %lld elsewhere stayed\n",
+           kept ? in_mapping : 0, kept ? elsewhere : 0);
+    hm_give(&k, blocks[beside]);
+    want -= (long long)k.size;
+    if (hm_live(1) != want) CHECK_FAIL("the block in use beside the advised one was kept at its free");
+    hm_give(&k, blocks[advised]);
+    want -= (long long)k.size;
+    if (hm_live(1) != want) CHECK_FAIL("the advised block was kept at its free");
+    printf("the advised block and the one beside it went to the driver at their frees\n");
+    int fresh;
+    void *p = hm_take(&k, &fresh);
+    if (kept && (fresh || mapping_base(p) == lo))
+        CHECK_FAIL("the next allocation was %s, expected a kept block of another mapping",
+                   fresh ? "the driver's" : "a block of the advised mapping");
+    hm_give(&k, p);
     return 0;
 }
 

@@ -14,7 +14,8 @@
  *               text in every setting (the child checks which allocations
  *               the driver made: a kept block serves the second whenever
  *               the setting keeps its kind, never one after advice or in
- *               another context).
+ *               another context).  Each kind of block runs in a child of
+ *               its own, beside no block of another kind.
  *   bad input:  NULL out-pointers, size 0, bad flags, huge sizes,
  *               cuMemFreeHost of NULL, a bogus, a stack, an interior, a
  *               device and a managed pointer, cuMemFree of pinned memory,
@@ -47,6 +48,11 @@
  *                   (cuStreamAttachMemAsync, its per-thread form) goes back
  *                   to the driver at its free; the next block has no advice;
  *                   advice the driver refuses changes nothing.
+ *   advice-mapping: advice on a block hands the kept blocks of its 2 MiB
+ *                   mapping back to the driver at once, and one in use
+ *                   beside it is not kept at its free; kept blocks of other
+ *                   mappings stay and serve (the simulator reports the
+ *                   driver's shared mappings).
  *   prefetched:     a block prefetched before its free, served again, answers
  *                   CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION as a fresh
  *                   block does.
@@ -107,6 +113,8 @@ static const tl_case_t cases[] = {
     {"fence-race-streams", hm_case_fence_race, {"SIMCUDA_RACES=count", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 1, NULL},
     {"fence-race-no-ctx-event", hm_case_fence_race, {"SIMCUDA_RACES=count", "SIMCUDA_NO_CTX_RECORD_EVENT=1", NULL}, 1, NULL},
     {"advised", hm_case_advised, {NULL}, 1, NULL},
+    {"advice-mapping", hm_case_advice_mapping, {NULL}, 1, NULL},
+    {"advice-mapping-managed-off", hm_case_advice_mapping, {"CUPOOL_MANAGED=0", "TEST_KEPT=host", NULL}, 1, NULL},
     {"prefetched", hm_case_prefetched, {NULL}, 1, NULL},
     {"prefetched-managed-off", hm_case_prefetched, {"CUPOOL_MANAGED=0", "TEST_KEPT=host", NULL}, 1, NULL},
     {"keep-limit", hm_case_keep_limit, {"CUPOOL_HOST_KEEP=64K", "CUPOOL_MANAGED_KEEP=128K", NULL}, 1, NULL},
@@ -136,6 +144,7 @@ static const struct control {
     {"reuse", {"TEST_KEPT=none", NULL}, "blocks kept where none are expected"},
     {"fence-pending", {"SIMCUDA_EVENT_DELAY=0", NULL}, "fences complete at once"},
     {"fence-race", {"SIMCUDA_RACES=count", "CUPOOL_HOST=0", NULL}, "no block served again to race"},
+    {"advice-mapping", {"TEST_KEPT=host", NULL}, "no managed blocks kept"},
     {"keep-limit", {NULL}, "no limits"},
     {"keep-limit", {"CUPOOL_HOST_KEEP=64K", "CUPOOL_MANAGED_KEEP=64K", NULL}, "the managed limit as the pinned one"},
     {"oom", {NULL}, "no cap on the driver's memory"},
@@ -169,7 +178,7 @@ static const char *skip(const tl_case_t *k)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--queries") == 0) return hm_queries();
+    if (argc > 2 && strcmp(argv[1], "--queries") == 0) return hm_queries(strtoul(argv[2], NULL, 10));
     if (argc > 1 && strcmp(argv[1], "--table") == 0) return hm_table();
     if (argc > 1 && strcmp(argv[1], "--workload") == 0) return hm_workload();
     const tl_case_t *asked = tl_case_asked(cases, NCASES, argc, argv);

@@ -1,6 +1,6 @@
 /* Shared by the driver-API probes (sanitizer_fill_kernel.c,
  * sanitizer_memset_graph.c, sanitizer_threads.c, ctx_query.c,
- * ctx_record.c): a check that prints the failing call and stops,
+ * ctx_record.c, host_neighbours.c): a check that prints the failing call and stops,
  * device 0's primary context made current, a pool made like cupool's, and
  * a clock and a median for the timing probes. */
 #ifndef DRIVER_PROBE_H

@@ -422,9 +422,11 @@ void cupool_stats_print(void)
         fprintf(out, "cupool:   %s memory:\n", k == CUPOOL_KEPT_STATS_HOST ? "pinned host" : "managed");
         fprintf(out, "cupool:     allocations %llu (served by kept blocks %llu), frees %llu (kept %llu)\n",
                 LOAD(s->allocs), LOAD(s->reused), LOAD(s->frees), LOAD(s->kept_frees));
-        fprintf(out, "cupool:     kept now %s, at most %s; handed back: for the limit %llu, out of memory %llu\n",
+        fprintf(out, "cupool:     kept now %s, at most %s; handed back: for the limit %llu, out of memory %llu",
                 human((double)LOAD(s->kept_bytes), b1, sizeof b1), human((double)LOAD(s->peak_kept), b2, sizeof b2),
                 LOAD(s->limit_frees), LOAD(s->oom_frees));
+        if (k == CUPOOL_KEPT_STATS_MANAGED) fprintf(out, ", advice in their mapping %llu", LOAD(s->advice_frees));
+        fputc('\n', out);
     }
     double spent = (double)hot_total(offsetof(hot_t, time_ns)) / 1e6;
     fprintf(out, "cupool:   time in cupool %.3f ms; native calls would have cost about %.3f ms (saved about %.3f ms)\n",

@@ -79,6 +79,7 @@ typedef struct {
     atomic_ullong frees, kept_frees;       /* frees of tracked blocks, of them kept */
     atomic_ullong kept_bytes, peak_kept;   /* kept now, the most kept at once */
     atomic_ullong limit_frees, oom_frees;  /* kept blocks handed back for the limit, for an out-of-memory retry */
+    atomic_ullong advice_frees;            /* kept managed blocks handed back: advice reached their mapping */
 } cupool_kept_stats_t;
 extern cupool_kept_stats_t cupool_kept_stats[2];
 void cupool_stats_print(void);

@@ -351,17 +351,46 @@ int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int
     return 1;
 }
 
+/* Widens [*lo, *hi) to the driver's mapping of the byte at `at`, when it
+ * names one. */
+static void widen_to_mapping(uintptr_t at, uintptr_t *lo, uintptr_t *hi)
+{
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (real_cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, (CUdeviceptr)at) != CUDA_SUCCESS ||
+        real_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, (CUdeviceptr)at) != CUDA_SUCCESS ||
+        !base || !size)
+        return;
+    if ((uintptr_t)base < *lo) *lo = (uintptr_t)base;
+    if ((uintptr_t)base + size > *hi) *hi = (uintptr_t)base + size;
+}
+
+static int meets(const tracked_t *t, uintptr_t lo, uintptr_t hi)
+{
+    return t->id.kind == CUPOOL_KEPT_MANAGED && lo < t->ptr + t->id.size && t->ptr < hi;
+}
+
+/* Advice lives in the pages, and the driver places small managed blocks
+ * side by side in shared mappings (2 MiB, measured): advice on one block
+ * can reach the pages of the blocks beside it, and stays in a page until
+ * no block uses it.  So every managed block in the mappings the range
+ * meets counts as touched: one in use is not kept at its free, a kept one
+ * goes back to the driver now, so that no allocation gets advice it was
+ * not given and the pages are released as they would be natively. */
 void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
 {
+    uintptr_t lo = ptr, hi = ptr + (size ? size : 1);
+    widen_to_mapping(ptr, &lo, &hi);
+    if (size > 1) widen_to_mapping(ptr + size - 1, &lo, &hi);
     pthread_mutex_lock(&kept_lock);
-    tracked_t *t = find_tracked(ptr);
-    /* An interior pointer: any managed block the range meets (rare: the
-     * driver's own calls take whole allocations more often than not). */
-    for (tracked_t *each = t ? NULL : tracked; each; each = each->hh.next)
-        if (each->id.kind == CUPOOL_KEPT_MANAGED && ptr < each->ptr + each->id.size &&
-            each->ptr < ptr + (size ? size : 1))
-            each->touched = 1;
-    if (t) t->touched = 1;
+    for (kept_block_t *b = oldest[0], *newer; b; b = newer) {
+        newer = b->newer;
+        if (!meets(b->t, lo, hi)) continue;
+        count(&stats_of(0)->advice_frees);
+        drop_block(b, 1);
+    }
+    for (tracked_t *t = tracked; t; t = t->hh.next)
+        if (meets(t, lo, hi)) t->touched = 1;
     pthread_mutex_unlock(&kept_lock);
 }
 

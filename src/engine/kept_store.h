@@ -55,9 +55,11 @@ CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_
  * *route (CUPOOL_ROUTE_POOL: kept) describe it. */
 int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int *route, CUresult *result);
 
-/* A managed block the program gave advice for or attached to a stream
- * (the range [ptr, ptr + size) or, size 0, the block at ptr): freed by the
- * driver, so that no later allocation inherits them. */
+/* The program gave advice for or attached to a stream the managed range
+ * [ptr, ptr + size) (size 0: the block at ptr).  Every managed block in the
+ * driver's mappings the range meets (advice lives in pages those mappings
+ * share) is freed by the driver: a kept one now, one in use at its free,
+ * so that no later allocation inherits advice it was not given. */
 void cupool_kept_mark_touched(uintptr_t ptr, size_t size);
 
 /* Hands every kept block of the kinds `host` selects (1: pinned host, 0:

@@ -697,6 +697,18 @@ SIM_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return
 
 /* ---- pointer attributes -------------------------------------------------------------- */
 
+/* The driver places pinned host and managed allocations smaller than 2 MiB
+ * side by side in shared 2 MiB mappings (measured: MAPPING_SIZE 2 MiB, the
+ * base at or below the block): here, the 2 MiB-aligned region holding the
+ * allocation's start.  Other memory: the allocation itself. */
+#define SHARED_MAPPING ((uintptr_t)2 << 20)
+static CUdeviceptr shared_mapping(const sim_alloc *a, size_t *size)
+{
+    bool shared = (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED) && a->size < SHARED_MAPPING;
+    if (size) *size = shared ? SHARED_MAPPING : a->size;
+    return shared ? (CUdeviceptr)(a->base & ~(SHARED_MAPPING - 1)) : (CUdeviceptr)a->base;
+}
+
 /* Writes one attribute of the allocation a contains (NULL: unknown pointer,
  * answered with the null values cuPointerGetAttributes documents).  Pinned
  * host and managed memory have a host pointer, their own address; pinned
@@ -727,9 +739,14 @@ static CUresult write_attribute(void *data, CUpointer_attribute attr, const sim_
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(CUdeviceptr *)data = a && !(host && a->kind == SIM_ALLOC_POOL) ? (CUdeviceptr)a->base : 0;
         break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(CUdeviceptr *)data = a ? (CUdeviceptr)a->base : 0; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = a ? a->size : 0; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(CUdeviceptr *)data = a ? shared_mapping(a, NULL) : 0; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = a ? a->size : 0; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: {
+        size_t size = 0;
+        if (a) shared_mapping(a, &size);
+        *(size_t *)data = size;
+        break;
+    }
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *(unsigned long long *)data = 0; break;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
         *(unsigned *)data = a ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
