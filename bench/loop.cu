@@ -22,18 +22,7 @@
 #include <cuda_runtime.h>
 #include <vector>
 
-#ifndef CUDART_KIND
-#define CUDART_KIND "unknown"
-#endif
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "loop: %s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "cudart_check.h"
 
 __global__ void fill(float *a, size_t n, float v)
 {

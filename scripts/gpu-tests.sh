@@ -205,20 +205,21 @@ first=$(find "$build/tests" -maxdepth 1 -type f -perm -u+x -name 'test_*' 2>/dev
 # ---- bench/loop.cu (for the sanitizer and the proofs) ---------------------------------------
 bindir=$build/bench-loop
 mkdir -p "$bindir"
-for kind in static shared; do
-    if [ ! -x "$bindir/loop_$kind" ] || [ -n "$(find "$src/bench/loop.cu" -newer "$bindir/loop_$kind" 2>/dev/null)" ]; then
-        nvcc -O2 -arch=native -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bindir/loop_$kind" "$src/bench/loop.cu" \
-            >>"$out/build.log" 2>&1 ||
-            nvcc -O2 -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bindir/loop_$kind" "$src/bench/loop.cu" \
-                >>"$out/build.log" 2>&1 || record "nvcc-loop_$kind FAIL see build.log"
-    fi
-done
-
-for kind in static shared; do
-    if [ ! -x "$bindir/host_loop_$kind" ] || [ -n "$(find "$src/tests/gpu/host_loop.cu" -newer "$bindir/host_loop_$kind" 2>/dev/null)" ]; then
-        nvcc -O2 -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bindir/host_loop_$kind" "$src/tests/gpu/host_loop.cu" \
-            >>"$out/build.log" 2>&1 || record "nvcc-host_loop_$kind FAIL see build.log"
-    fi
+# The CUDA runtime programs, each built against the static and the shared
+# cudart: NAME SOURCE.
+cudart_programs="loop $src/bench/loop.cu host_loop $src/tests/gpu/host_loop.cu"
+# shellcheck disable=SC2086 # name and source pairs
+set -- $cudart_programs
+while [ $# -ge 2 ]; do
+    prog=$1 source=$2
+    shift 2
+    for kind in static shared; do
+        bin=$bindir/${prog}_$kind
+        [ -x "$bin" ] && [ -z "$(find "$source" "$src/bench/cudart_check.h" -newer "$bin" 2>/dev/null)" ] && continue
+        nvcc -O2 -arch=native -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bin" "$source" >>"$out/build.log" 2>&1 ||
+            nvcc -O2 -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bin" "$source" >>"$out/build.log" 2>&1 ||
+            record "nvcc-${prog}_$kind FAIL see build.log"
+    done
 done
 
 # ---- compute-sanitizer -----------------------------------------------------------------------------
@@ -250,18 +251,15 @@ for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '
         echo "$name $mode 0 $prog" >>"$list"
     done
 done
-for kind in static shared; do
-    [ -x "$bindir/loop_$kind" ] && selected "loop_$kind" || continue
-    for mode in deferred sync auto; do
-        echo "loop_$kind $mode 1 $bindir/loop_$kind --iters 10 --reps 1 --elems 65536" >>"$list"
-    done
-done
-for kind in static shared; do
-    [ -x "$bindir/host_loop_$kind" ] && selected "host_loop_$kind" || continue
-    # Not ordered: like loop.cu, it uses device buffers on a non-blocking
-    # stream, which that mode does not keep correct.
-    for mode in deferred sync auto; do
-        echo "host_loop_$kind $mode 1 $bindir/host_loop_$kind --iters 40 --elems 65536" >>"$list"
+# Not `ordered`: both use device buffers on non-blocking streams, which
+# that mode does not keep correct.
+for run in "loop --iters 10 --reps 1 --elems 65536" "host_loop --iters 40 --elems 65536"; do
+    prog=${run%% *} args=${run#* }
+    for kind in static shared; do
+        [ -x "$bindir/${prog}_$kind" ] && selected "${prog}_$kind" || continue
+        for mode in deferred sync auto; do
+            echo "${prog}_$kind $mode 1 $bindir/${prog}_$kind $args" >>"$list"
+        done
     done
 done
 echo "$(wc -l <"$list") sanitizer runs"

@@ -29,18 +29,7 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
-#ifndef CUDART_KIND
-#define CUDART_KIND "unknown"
-#endif
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "host_loop: %s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "../../bench/cudart_check.h"
 
 __host__ __device__ static unsigned pattern(unsigned seed, size_t i)
 {
