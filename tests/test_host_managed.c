@@ -52,7 +52,8 @@
  *                   mapping back to the driver at once, and one in use
  *                   beside it is not kept at its free; kept blocks of other
  *                   mappings stay and serve (the simulator reports the
- *                   driver's shared mappings).
+ *                   driver's shared mappings); during a capture they are
+ *                   only marked, and freed at the next allocation.
  *   prefetched:     a block prefetched before its free, served again, answers
  *                   CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION as a fresh
  *                   block does.
@@ -115,6 +116,7 @@ static const tl_case_t cases[] = {
     {"advised", hm_case_advised, {NULL}, 1, NULL},
     {"advice-mapping", hm_case_advice_mapping, {NULL}, 1, NULL},
     {"advice-mapping-managed-off", hm_case_advice_mapping, {"CUPOOL_MANAGED=0", "TEST_KEPT=host", NULL}, 1, NULL},
+    {"advice-mapping-capture", hm_case_advice_mapping, {"TEST_ADVICE_IN_CAPTURE=1", NULL}, 1, NULL},
     {"prefetched", hm_case_prefetched, {NULL}, 1, NULL},
     {"prefetched-managed-off", hm_case_prefetched, {"CUPOOL_MANAGED=0", "TEST_KEPT=host", NULL}, 1, NULL},
     {"keep-limit", hm_case_keep_limit, {"CUPOOL_HOST_KEEP=64K", "CUPOOL_MANAGED_KEEP=128K", NULL}, 1, NULL},

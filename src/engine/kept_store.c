@@ -226,6 +226,13 @@ static int track(uintptr_t ptr, const kept_id_t *id)
 static uintptr_t take_kept(const kept_id_t *id)
 {
     kept_key_t *key = find_key(id);
+    /* Blocks advice reached during a capture (cupool_kept_mark_touched):
+     * the driver frees them now, no capture being in progress. */
+    while (key && key->oldest->t->touched) {
+        count(&stats_of(is_host(id->kind))->advice_frees);
+        drop_block(key->oldest, 1);
+        key = find_key(id);
+    }
     if (!key || !fences_passed(key->oldest)) return 0;
     kept_block_t *b = key->oldest;
     tracked_t *t = b->t;
@@ -376,16 +383,20 @@ static int meets(const tracked_t *t, uintptr_t lo, uintptr_t hi)
  * no block uses it.  So every managed block in the mappings the range
  * meets counts as touched: one in use is not kept at its free, a kept one
  * goes back to the driver now, so that no allocation gets advice it was
- * not given and the pages are released as they would be natively. */
+ * not given and the pages are released as they would be natively.  While
+ * a stream capture is in progress the driver's free would break it: a
+ * kept block is then only marked, and freed when its key is next asked
+ * for (take_kept). */
 void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
 {
     uintptr_t lo = ptr, hi = ptr + (size ? size : 1);
     widen_to_mapping(ptr, &lo, &hi);
     if (size > 1) widen_to_mapping(ptr + size - 1, &lo, &hi);
+    int capturing = cupool_capturing();
     pthread_mutex_lock(&kept_lock);
     for (kept_block_t *b = oldest[0], *newer; b; b = newer) {
         newer = b->newer;
-        if (!meets(b->t, lo, hi)) continue;
+        if (!meets(b->t, lo, hi) || capturing) continue;
         count(&stats_of(0)->advice_frees);
         drop_block(b, 1);
     }
