@@ -1,7 +1,8 @@
 /*
  * A program for tests/test_live.sh to watch: it allocates and frees in a loop
  * on device 0 (a few thousand calls a second, three 1 MiB blocks held all
- * along) until the file DIR/quiet appears, then writes what it did to
+ * along, and a pinned host and a managed block allocated and freed each
+ * round) until the file DIR/quiet appears, then writes what it did to
  * DIR/counts and waits, allocating nothing more, for DIR/exit; it exits
  * without freeing the blocks it holds.  DIR/ready holds its pid once it has
  * allocated, and a child it forked has exited through exit() (whose cupool
@@ -58,7 +59,7 @@ int main(int argc, char **argv)
     dir = argv[1];
     tl_init(0);
     CUdeviceptr held[3], ring[RING] = {0};
-    unsigned long long allocs = 0, frees = 0, in_use = 0;
+    unsigned long long allocs = 0, frees = 0, in_use = 0, host = 0, managed = 0;
     for (int i = 0; i < 3; i++, allocs++, in_use += 1 << 20) CHECK_CU(cuMemAlloc(&held[i], 1 << 20));
     pid_t child = fork();
     CHECK_TRUE(child >= 0);
@@ -85,6 +86,14 @@ int main(int argc, char **argv)
             CHECK_CU(cuMemAlloc(&ring[slot], size));
             allocs++;
         }
+        void *pinned;
+        CHECK_CU(cuMemHostAlloc(&pinned, 4096, 0));
+        CHECK_CU(cuMemFreeHost(pinned));
+        host++;
+        CUdeviceptr m;
+        CHECK_CU(cuMemAllocManaged(&m, 8192, CU_MEM_ATTACH_GLOBAL));
+        CHECK_CU(cuMemFree(m));
+        managed++;
         nap_ms(2);
     }
     for (int i = 0; i < RING; i++) {
@@ -92,7 +101,8 @@ int main(int argc, char **argv)
         CHECK_CU(cuMemFree(ring[i]));
         frees++;
     }
-    snprintf(text, sizeof text, "allocs %llu frees %llu in_use %llu\n", allocs, frees, in_use);
+    snprintf(text, sizeof text, "allocs %llu frees %llu in_use %llu host %llu managed %llu\n", allocs, frees, in_use,
+             host, managed);
     put("counts", text);
     start = time(NULL);
     while (!exists("exit") && time(NULL) - start < GIVE_UP_S) nap_ms(10);

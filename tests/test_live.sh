@@ -2,7 +2,8 @@
 # Live statistics: tests/live_alloc runs under cupool (CUPOOL_STATS=1)
 # while cupool top --once --json and cupool stat read its page: the values
 # move between two reads, and once it has stopped allocating they match what
-# it did and, at its exit, what CUPOOL_STATS prints; the page is gone after
+# it did (device, pinned host and managed memory) and, at its exit, what
+# CUPOOL_STATS prints; the page is gone after
 # exit.  CUPOOL_LIVE=0 makes no page, nor does a directory that cannot hold
 # one (one message); the page of a process killed with -9, or of a pid now
 # another process's, is removed by the next reader; a page
@@ -72,11 +73,20 @@ if cmd == "field":                      # field PID KEY < json lines
 elif cmd == "pids":                     # pids < json lines
     print(" ".join(str(r["pid"]) for r in records(sys.stdin.read())))
 elif cmd == "settled":                  # settled PID COUNTS < one stat --json
-    d = device(int(sys.argv[2]), sys.stdin.read())
+    text = sys.stdin.read()
+    d = device(int(sys.argv[2]), text)
     want = open(sys.argv[3]).read().split()
     want = dict(zip(want[0::2], map(int, want[1::2])))
     ok = d and d["pooled_allocs"] == want["allocs"] and d["pooled_frees"] == want["frees"] \
         and d["in_use"] == want["in_use"]
+    # Pinned host and managed blocks: each allocated and freed once a round,
+    # later ones served by the block kept at the free before (once its fence
+    # has completed; the exact counts are compared with CUPOOL_STATS below).
+    r = [r for r in records(text) if r["pid"] == int(sys.argv[2])]
+    for kind, n in (("pinned_host", want["host"]), ("managed", want["managed"])):
+        k = r[0][kind] if r else {}
+        ok = ok and k.get("allocs") == n and k.get("frees") == n and k.get("kept_frees") == n \
+            and 0 < k.get("reused", 0) <= n - 1 and k.get("kept", 0) > 0
     sys.exit(0 if ok else 1)
 elif cmd == "compare":                  # compare STAT_TEXT STATS_ERR PID
     stat, stats = open(sys.argv[2]).read(), open(sys.argv[3]).read()
@@ -92,7 +102,11 @@ elif cmd == "compare":                  # compare STAT_TEXT STATS_ERR PID
              (r"native allocations\s+(\d+)", "native"),
              (r"peak in use ([0-9.]+ \w+),", "peak in use"),
              (r"trims (\d+), OOM retries (\d+), rewritten memsets (\d+)", "trims"),
-             (r"allocations served by a ready block (\d+)", "ready")]
+             (r"allocations served by a ready block (\d+)", "ready"),
+             (r"pinned host memory:\n.*allocations (\d+) \(served by kept blocks (\d+)\), frees (\d+) \(kept (\d+)\)"
+              r"\n.*kept now (.*)", "pinned host"),
+             (r"managed memory:\n.*allocations (\d+) \(served by kept blocks (\d+)\), frees (\d+) \(kept (\d+)\)"
+              r"\n.*kept now (.*)", "managed")]
     for pattern, what in pairs:
         a, b = grab(pattern, stat, what), grab(pattern, stats, what)
         if a != b:
@@ -142,6 +156,10 @@ elif cmd == "prom":                     # prom PORT PID
     assert any(l.startswith(want) for l in seen.get("cupool_in_use_bytes", [])), "no in-use sample for " + pid
     for name in ("cupool_reserved_bytes", "cupool_pooled_allocations_total", "cupool_oom_retries_total"):
         assert name in seen, "no " + name
+    for kind in ("pinned_host", "managed"):
+        want = 'cupool_kept_allocations_total{pid="%s",kind="%s",command="' % (pid, kind)
+        got = [l for l in seen.get("cupool_kept_allocations_total", []) if l.startswith(want)]
+        assert got and int(got[0].split()[-1]) > 0, "no %s allocations for %s" % (kind, pid)
     try:
         urllib.request.urlopen(base + "/nothing", timeout=10)
         raise AssertionError("/nothing answered")

@@ -205,6 +205,23 @@ static void update(int query)
         o->deferred_waits = atomic_load_explicit(&rare->deferred_waits, memory_order_relaxed);
         o->queued_calls = atomic_load_explicit(&rare->queued_calls, memory_order_relaxed);
     }
+    static const int kept_stats[CUPOOL_LIVE_KEPT_KINDS] = {
+        [CUPOOL_LIVE_KEPT_HOST] = CUPOOL_KEPT_STATS_HOST,
+        [CUPOOL_LIVE_KEPT_MANAGED] = CUPOOL_KEPT_STATS_MANAGED,
+    };
+    for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
+        const cupool_kept_stats_t *from = &cupool_kept_stats[kept_stats[k]];
+        cupool_live_kept_t *to = &page.kept[k];
+        to->allocs = atomic_load_explicit(&from->allocs, memory_order_relaxed);
+        to->reused = atomic_load_explicit(&from->reused, memory_order_relaxed);
+        to->frees = atomic_load_explicit(&from->frees, memory_order_relaxed);
+        to->kept_frees = atomic_load_explicit(&from->kept_frees, memory_order_relaxed);
+        to->kept = atomic_load_explicit(&from->kept_bytes, memory_order_relaxed);
+        to->peak_kept = atomic_load_explicit(&from->peak_kept, memory_order_relaxed);
+        to->limit_frees = atomic_load_explicit(&from->limit_frees, memory_order_relaxed);
+        to->oom_frees = atomic_load_explicit(&from->oom_frees, memory_order_relaxed);
+        to->advice_frees = atomic_load_explicit(&from->advice_frees, memory_order_relaxed);
+    }
     rounds++;
     page.ndevices = n;
     page.devices_left_out = left_out;

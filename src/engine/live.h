@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define CUPOOL_LIVE_MAGIC 0x3165766c6c6f6f70ull /* "poollve1", read as a little-endian word */
-#define CUPOOL_LIVE_FORMAT 1
+#define CUPOOL_LIVE_FORMAT 2
 #define CUPOOL_LIVE_PREFIX "cupool."
 #define CUPOOL_LIVE_DEVICES 16  /* devices a page carries, those with activity first come first */
 #define CUPOOL_LIVE_COMMAND 256 /* bytes of the command line kept, NUL included */
@@ -43,6 +43,17 @@ typedef struct cupool_live_device {
     uint64_t misses_given_back, given_back_bytes, oversize_kept, deferred_waits, queued_calls;
 } cupool_live_device_t;
 
+/* Pinned host and managed memory (kept[CUPOOL_LIVE_KEPT_HOST] and
+ * [CUPOOL_LIVE_KEPT_MANAGED]): what the kept store counted. */
+enum { CUPOOL_LIVE_KEPT_HOST, CUPOOL_LIVE_KEPT_MANAGED, CUPOOL_LIVE_KEPT_KINDS };
+typedef struct cupool_live_kept {
+    uint64_t allocs, reused;     /* allocations cupool tracked, of them served by a kept block */
+    uint64_t frees, kept_frees;  /* frees of tracked blocks, of them kept */
+    uint64_t kept, peak_kept;    /* bytes kept now, the most kept at once */
+    uint64_t limit_frees, oom_frees, advice_frees; /* kept blocks handed back: for the limit, out of memory,
+                                                    * advice in their mapping (managed) */
+} cupool_live_kept_t;
+
 typedef struct cupool_live_page {
     uint64_t magic;          /* CUPOOL_LIVE_MAGIC */
     uint32_t format;         /* CUPOOL_LIVE_FORMAT */
@@ -62,6 +73,7 @@ typedef struct cupool_live_page {
     uint32_t devices_left_out; /* devices with activity that did not fit */
     char command[CUPOOL_LIVE_COMMAND]; /* /proc/self/cmdline, arguments joined by spaces, cut */
     cupool_live_device_t device[CUPOOL_LIVE_DEVICES];
+    cupool_live_kept_t kept[CUPOOL_LIVE_KEPT_KINDS];
 } cupool_live_page_t;
 
 #endif

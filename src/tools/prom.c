@@ -51,6 +51,20 @@ static const metric_t metrics[] = {
      FIELD(rewritten_memsets)},
 };
 
+/* Pinned host and managed memory, labelled by kind (offsets in cupool_live_kept_t). */
+#define KEPT(f) offsetof(cupool_live_kept_t, f)
+static const metric_t kept_metrics[] = {
+    {"cupool_kept_bytes", "gauge", "Freed pinned host or managed bytes cupool keeps for reuse.", KEPT(kept)},
+    {"cupool_kept_allocations_total", "counter", "Pinned host or managed allocations cupool tracked.", KEPT(allocs)},
+    {"cupool_kept_reuses_total", "counter", "Pinned host or managed allocations served by a kept block.",
+     KEPT(reused)},
+    {"cupool_kept_frees_total", "counter", "Frees of tracked pinned host or managed blocks.", KEPT(frees)},
+};
+static const char *const kept_kinds[CUPOOL_LIVE_KEPT_KINDS] = {
+    [CUPOOL_LIVE_KEPT_HOST] = "pinned_host",
+    [CUPOOL_LIVE_KEPT_MANAGED] = "managed",
+};
+
 /* A label value: backslash, double quote and newline escaped. */
 static void put_label(FILE *out, const char *text)
 {
@@ -97,6 +111,19 @@ char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len)
                 fputs(metrics[m].name, out);
                 put_labels(out, &pages[i], d);
                 fprintf(out, "} %llu\n", (unsigned long long)value);
+            }
+    }
+    for (size_t m = 0; m < sizeof kept_metrics / sizeof kept_metrics[0]; m++) {
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", kept_metrics[m].name, kept_metrics[m].help, kept_metrics[m].name,
+                kept_metrics[m].type);
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
+                uint64_t value;
+                memcpy(&value, (const char *)&pages[i].kept[k] + kept_metrics[m].offset, sizeof value);
+                fprintf(out, "%s{pid=\"%d\",kind=\"%s\",command=\"", kept_metrics[m].name, (int)pages[i].pid,
+                        kept_kinds[k]);
+                put_label(out, pages[i].command);
+                fprintf(out, "\"} %llu\n", (unsigned long long)value);
             }
     }
     fputs("# HELP cupool_free_mode Free modes the device's contexts are in (1 per mode in force).\n"

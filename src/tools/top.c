@@ -237,7 +237,18 @@ static void print_json(FILE *out, const cupool_live_page_t *p)
                 (unsigned long long)d->rewritten_memsets, (unsigned long long)d->ready_reuses,
                 (unsigned long long)d->deferred_waits);
     }
-    fputs("]}\n", out);
+    fputs("]", out);
+    for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
+        const cupool_live_kept_t *m = &p->kept[k];
+        fprintf(out,
+                ",\"%s\":{\"allocs\":%llu,\"reused\":%llu,\"frees\":%llu,\"kept_frees\":%llu,\"kept\":%llu,"
+                "\"peak_kept\":%llu,\"limit_frees\":%llu,\"oom_frees\":%llu,\"advice_frees\":%llu}",
+                k == CUPOOL_LIVE_KEPT_HOST ? "pinned_host" : "managed", (unsigned long long)m->allocs,
+                (unsigned long long)m->reused, (unsigned long long)m->frees, (unsigned long long)m->kept_frees,
+                (unsigned long long)m->kept, (unsigned long long)m->peak_kept, (unsigned long long)m->limit_frees,
+                (unsigned long long)m->oom_frees, (unsigned long long)m->advice_frees);
+    }
+    fputs("}\n", out);
 }
 
 /* ---- cupool stat PID -------------------------------------------------------- */
@@ -283,6 +294,18 @@ static void print_stat(FILE *out, const cupool_live_page_t *p)
         if (d->queued_calls)
             fprintf(out, "cupool:     pool calls made for waiting threads by the one in front of the driver queue %llu\n",
                     U(d->queued_calls));
+    }
+    for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
+        const cupool_live_kept_t *m = &p->kept[k];
+        if (!m->allocs && !m->frees) continue;
+        fprintf(out, "cupool:   %s memory:\n", k == CUPOOL_LIVE_KEPT_HOST ? "pinned host" : "managed");
+        fprintf(out, "cupool:     allocations %llu (served by kept blocks %llu), frees %llu (kept %llu)\n", U(m->allocs),
+                U(m->reused), U(m->frees), U(m->kept_frees));
+        fprintf(out, "cupool:     kept now %s, at most %s; handed back: for the limit %llu, out of memory %llu",
+                live_human((double)m->kept, b1, sizeof b1), live_human((double)m->peak_kept, b2, sizeof b2),
+                U(m->limit_frees), U(m->oom_frees));
+        if (k == CUPOOL_LIVE_KEPT_MANAGED) fprintf(out, ", advice in their mapping %llu", U(m->advice_frees));
+        fputc('\n', out);
     }
     if (!p->ndevices) fprintf(out, "cupool:   no device used yet\n");
     if (p->devices_left_out) fprintf(out, "cupool:   %u more devices not carried by the page\n", p->devices_left_out);
