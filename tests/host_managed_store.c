@@ -336,13 +336,19 @@ int hm_case_advice_mapping(void)
                 advised = i, beside = j;
     CHECK_TRUE(beside >= 0);
     uintptr_t lo = mapping_base(blocks[advised]), hi = lo + mapping;
-    /* Every other block freed (kept where this run keeps managed memory). */
+    /* Every other block freed (kept where this run keeps managed memory),
+     * those of the mapping and the others in turn, one of the others
+     * first: the kept list of the key holds both, not one run of each. */
+    static void *inside[N], *outside[N];
     long long in_mapping = 0, elsewhere = 0;
     for (int i = 0; i < N; i++) {
         if (i == advised || i == beside) continue;
-        if ((uintptr_t)blocks[i] < hi && lo < (uintptr_t)blocks[i] + k.size) in_mapping++;
-        else elsewhere++;
-        hm_give(&k, blocks[i]);
+        if ((uintptr_t)blocks[i] < hi && lo < (uintptr_t)blocks[i] + k.size) inside[in_mapping++] = blocks[i];
+        else outside[elsewhere++] = blocks[i];
+    }
+    for (long long i = 0; i < in_mapping || i < elsewhere; i++) {
+        if (i < elsewhere) hm_give(&k, outside[i]);
+        if (i < in_mapping) hm_give(&k, inside[i]);
     }
     CHECK_TRUE(in_mapping > 0 && elsewhere > 0);
     long long live = hm_live(1), kept = hm_kept(1), size = (long long)k.size;

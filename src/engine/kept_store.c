@@ -61,6 +61,10 @@ static tracked_t *tracked;
 static kept_key_t *keys;
 /* Per class (1: pinned host, 0: managed), the kept blocks oldest first. */
 static kept_block_t *oldest[2], *newest[2];
+/* Kept blocks advice reached during a capture, to be freed by the driver
+ * when their key is next asked for: the kept blocks whose record is marked
+ * touched (a block is kept only untouched, and served again untouched). */
+static size_t marked;
 
 static int is_host(int kind)
 {
@@ -201,6 +205,7 @@ static int link_newest(kept_block_t *b)
  * it). */
 static void drop_block(kept_block_t *b, int driver_frees)
 {
+    if (b->t->touched) marked--;
     unlink_block(b);
     forget_fences(b);
     if (driver_frees) driver_free(b->t);
@@ -226,13 +231,18 @@ static int track(uintptr_t ptr, const kept_id_t *id)
 static uintptr_t take_kept(const kept_id_t *id)
 {
     kept_key_t *key = find_key(id);
-    /* Blocks advice reached during a capture (cupool_kept_mark_touched):
-     * the driver frees them now, no capture being in progress. */
-    while (key && key->oldest->t->touched) {
+    /* Blocks of the key advice reached during a capture
+     * (cupool_kept_mark_touched): the driver frees them now, no capture
+     * being in progress. */
+    int dropped = 0;
+    for (kept_block_t *b = marked && key ? key->oldest : NULL, *next; b; b = next) {
+        next = b->next;
+        if (!b->t->touched) continue;
         count(&stats_of(is_host(id->kind))->advice_frees);
-        drop_block(key->oldest, 1);
-        key = find_key(id);
+        drop_block(b, 1);
+        dropped = 1;
     }
+    if (dropped) key = find_key(id);
     if (!key || !fences_passed(key->oldest)) return 0;
     kept_block_t *b = key->oldest;
     tracked_t *t = b->t;
@@ -396,7 +406,12 @@ void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
     pthread_mutex_lock(&kept_lock);
     for (kept_block_t *b = oldest[0], *newer; b; b = newer) {
         newer = b->newer;
-        if (!meets(b->t, lo, hi) || capturing) continue;
+        if (!meets(b->t, lo, hi)) continue;
+        if (capturing) {
+            marked += !b->t->touched;
+            b->t->touched = 1;
+            continue;
+        }
         count(&stats_of(0)->advice_frees);
         drop_block(b, 1);
     }
@@ -472,6 +487,7 @@ static void fork_child(void)
         oldest[host] = newest[host] = NULL;
         atomic_store_explicit(&stats_of(host)->kept_bytes, 0, memory_order_relaxed);
     }
+    marked = 0;
     pthread_mutex_init(&kept_lock, NULL);
 }
 
