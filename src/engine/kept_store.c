@@ -369,17 +369,18 @@ int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int
 }
 
 /* Widens [*lo, *hi) to the driver's mapping of the byte at `at`, when it
- * names one. */
-static void widen_to_mapping(uintptr_t at, uintptr_t *lo, uintptr_t *hi)
+ * names one (then 1). */
+static int widen_to_mapping(uintptr_t at, uintptr_t *lo, uintptr_t *hi)
 {
     CUdeviceptr base = 0;
     size_t size = 0;
     if (real_cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, (CUdeviceptr)at) != CUDA_SUCCESS ||
         real_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, (CUdeviceptr)at) != CUDA_SUCCESS ||
         !base || !size)
-        return;
+        return 0;
     if ((uintptr_t)base < *lo) *lo = (uintptr_t)base;
     if ((uintptr_t)base + size > *hi) *hi = (uintptr_t)base + size;
+    return 1;
 }
 
 static int meets(const tracked_t *t, uintptr_t lo, uintptr_t hi)
@@ -400,8 +401,9 @@ static int meets(const tracked_t *t, uintptr_t lo, uintptr_t hi)
 void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
 {
     uintptr_t lo = ptr, hi = ptr + (size ? size : 1);
-    widen_to_mapping(ptr, &lo, &hi);
-    if (size > 1) widen_to_mapping(ptr + size - 1, &lo, &hi);
+    int found = widen_to_mapping(ptr, &lo, &hi);
+    /* The last byte's mapping too, unless the first's holds it. */
+    if (size > 1 && (!found || ptr + size - 1 >= hi)) widen_to_mapping(ptr + size - 1, &lo, &hi);
     int capturing = cupool_capturing();
     pthread_mutex_lock(&kept_lock);
     for (kept_block_t *b = oldest[0], *newer; b; b = newer) {

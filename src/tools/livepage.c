@@ -164,6 +164,11 @@ cupool_live_page_t *live_scan(const char *dir, size_t *count, int clean, size_t 
     return pages;
 }
 
+const struct live_kept_kind live_kept_kinds[CUPOOL_LIVE_KEPT_KINDS] = {
+    [CUPOOL_LIVE_KEPT_HOST] = {"pinned_host", "pinned host"},
+    [CUPOOL_LIVE_KEPT_MANAGED] = {"managed", "managed"},
+};
+
 const char *live_modes(const cupool_live_device_t *d, char *buf, size_t len)
 {
     static const char *const names[] = {"auto", "ordered", "deferred", "sync"};

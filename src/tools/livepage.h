@@ -39,6 +39,13 @@ cupool_live_page_t *live_scan(const char *dir, size_t *count, int clean, size_t 
 /* The free modes of a device ("ordered", "ordered+sync", "-"), into buf. */
 const char *live_modes(const cupool_live_device_t *d, char *buf, size_t len);
 
+/* The names of the kinds of kept[]: as a key or label value (JSON,
+ * Prometheus: "pinned_host") and as text (as CUPOOL_STATS prints it:
+ * "pinned host"). */
+extern const struct live_kept_kind {
+    const char *key, *text;
+} live_kept_kinds[CUPOOL_LIVE_KEPT_KINDS];
+
 /* Bytes for a person: "1.5 GiB". */
 const char *live_human(double bytes, char *buf, size_t len);
 

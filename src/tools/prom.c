@@ -60,10 +60,6 @@ static const metric_t kept_metrics[] = {
      KEPT(reused)},
     {"cupool_kept_frees_total", "counter", "Frees of tracked pinned host or managed blocks.", KEPT(frees)},
 };
-static const char *const kept_kinds[CUPOOL_LIVE_KEPT_KINDS] = {
-    [CUPOOL_LIVE_KEPT_HOST] = "pinned_host",
-    [CUPOOL_LIVE_KEPT_MANAGED] = "managed",
-};
 
 /* A label value: backslash, double quote and newline escaped. */
 static void put_label(FILE *out, const char *text)
@@ -121,7 +117,7 @@ char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len)
                 uint64_t value;
                 memcpy(&value, (const char *)&pages[i].kept[k] + kept_metrics[m].offset, sizeof value);
                 fprintf(out, "%s{pid=\"%d\",kind=\"%s\",command=\"", kept_metrics[m].name, (int)pages[i].pid,
-                        kept_kinds[k]);
+                        live_kept_kinds[k].key);
                 put_label(out, pages[i].command);
                 fprintf(out, "\"} %llu\n", (unsigned long long)value);
             }

@@ -243,7 +243,7 @@ static void print_json(FILE *out, const cupool_live_page_t *p)
         fprintf(out,
                 ",\"%s\":{\"allocs\":%llu,\"reused\":%llu,\"frees\":%llu,\"kept_frees\":%llu,\"kept\":%llu,"
                 "\"peak_kept\":%llu,\"limit_frees\":%llu,\"oom_frees\":%llu,\"advice_frees\":%llu}",
-                k == CUPOOL_LIVE_KEPT_HOST ? "pinned_host" : "managed", (unsigned long long)m->allocs,
+                live_kept_kinds[k].key, (unsigned long long)m->allocs,
                 (unsigned long long)m->reused, (unsigned long long)m->frees, (unsigned long long)m->kept_frees,
                 (unsigned long long)m->kept, (unsigned long long)m->peak_kept, (unsigned long long)m->limit_frees,
                 (unsigned long long)m->oom_frees, (unsigned long long)m->advice_frees);
@@ -298,7 +298,7 @@ static void print_stat(FILE *out, const cupool_live_page_t *p)
     for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
         const cupool_live_kept_t *m = &p->kept[k];
         if (!m->allocs && !m->frees) continue;
-        fprintf(out, "cupool:   %s memory:\n", k == CUPOOL_LIVE_KEPT_HOST ? "pinned host" : "managed");
+        fprintf(out, "cupool:   %s memory:\n", live_kept_kinds[k].text);
         fprintf(out, "cupool:     allocations %llu (served by kept blocks %llu), frees %llu (kept %llu)\n", U(m->allocs),
                 U(m->reused), U(m->frees), U(m->kept_frees));
         fprintf(out, "cupool:     kept now %s, at most %s; handed back: for the limit %llu, out of memory %llu",
