@@ -293,27 +293,28 @@ for kind in static shared; do
     fi
 done
 
-# Pinned host and managed memory: allocations of the kind, and how many a
-# kept block served ("served by kept blocks"), from a --stats output.
-kept_counts() { # FILE KIND ("pinned host" or "managed") -> "ALLOCS REUSED"
-    awk -v kind="$2" '
-        $0 ~ "^cupool:   " kind " memory:" { on = 1; next }
-        on && /allocations [0-9]+ \(served by kept blocks/ {
-            match($0, /allocations [0-9]+/); a = substr($0, RSTART + 12, RLENGTH - 12)
-            match($0, /kept blocks [0-9]+/); r = substr($0, RSTART + 12, RLENGTH - 12)
-            print a, r; exit
-        }' "$1"
+# Pinned host and managed memory in a --stats output FILE: the allocations
+# of each kind and how many a kept block served ("served by kept blocks"),
+# into host_allocs, host_reused, managed_allocs and managed_reused ("x"
+# where the output has none; kept_kind is its own variable).
+kept_counts() { # FILE
+    for kept_kind in "pinned host" managed; do
+        # shellcheck disable=SC2046 # two counts
+        set -- "$1" $(awk -v kind="$kept_kind" '
+            $0 ~ "^cupool:   " kind " memory:" { on = 1; next }
+            on && /allocations [0-9]+ \(served by kept blocks/ {
+                match($0, /allocations [0-9]+/); a = substr($0, RSTART + 12, RLENGTH - 12)
+                match($0, /kept blocks [0-9]+/); r = substr($0, RSTART + 12, RLENGTH - 12)
+                print a, r; exit
+            }' "$1") x x
+        if [ "$kept_kind" = managed ]; then managed_allocs=$2 managed_reused=$3; else host_allocs=$2 host_reused=$3; fi
+    done
 }
 for kind in static shared; do
     [ -x "$bindir/host_loop_$kind" ] || { record "proof:host-managed-cudart-$kind FAIL not built"; continue; }
     timeout -k 5 120 "$launcher" --stats -- "$bindir/host_loop_$kind" --iters 100 >"$out/proofs/host-loop-$kind.out" 2>&1
     rc=$?
-    # shellcheck disable=SC2046 # two counts
-    set -- $(kept_counts "$out/proofs/host-loop-$kind.out" "pinned host") x x
-    host_allocs=$1 host_reused=$2
-    # shellcheck disable=SC2046
-    set -- $(kept_counts "$out/proofs/host-loop-$kind.out" managed) x x
-    managed_allocs=$1 managed_reused=$2
+    kept_counts "$out/proofs/host-loop-$kind.out"
     line=$(grep -m1 '^{' "$out/proofs/host-loop-$kind.out")
     if [ "$rc" -eq 0 ] && [ "$host_allocs" = 200 ] && [ "$managed_allocs" = 100 ] &&
         [ "$host_reused" -gt 0 ] 2>/dev/null && [ "$managed_reused" -gt 0 ] 2>/dev/null; then
@@ -356,12 +357,7 @@ EOF
 for fw in torch_pinned cupy_host; do
     timeout -k 5 180 "$launcher" --stats -- python3 "$out/proofs/proof_$fw.py" >"$out/proofs/$fw.out" 2>&1
     rc=$?
-    # shellcheck disable=SC2046
-    set -- $(kept_counts "$out/proofs/$fw.out" "pinned host") x x
-    host_allocs=$1 host_reused=$2
-    # shellcheck disable=SC2046
-    set -- $(kept_counts "$out/proofs/$fw.out" managed) x x
-    managed_allocs=$1 managed_reused=$2
+    kept_counts "$out/proofs/$fw.out"
     if grep -q 'No module named' "$out/proofs/$fw.out"; then
         record "proof:$fw SKIP not installed"
     elif [ "$rc" -ne 0 ]; then
