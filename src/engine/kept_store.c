@@ -400,6 +400,8 @@ static int meets(const tracked_t *t, uintptr_t lo, uintptr_t hi)
  * for (take_kept). */
 void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
 {
+    /* No managed block is tracked then: no driver query is owed. */
+    if (!cupool_kept_serves(CUPOOL_KEPT_MANAGED)) return;
     uintptr_t lo = ptr, hi = ptr + (size ? size : 1);
     int found = widen_to_mapping(ptr, &lo, &hi);
     /* The last byte's mapping too, unless the first's holds it. */
