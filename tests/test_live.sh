@@ -88,6 +88,21 @@ elif cmd == "settled":                  # settled PID COUNTS < one stat --json
         ok = ok and k.get("allocs") == n and k.get("frees") == n and k.get("kept_frees") == n \
             and 0 < k.get("reused", 0) <= n - 1 and k.get("kept", 0) > 0
     sys.exit(0 if ok else 1)
+elif cmd == "kinds":                    # kinds ONCE_TEXT < json lines of the same moment
+    # The view's line per kind of kept memory sums every page that has
+    # allocations of that kind; no line for a kind nobody allocated.
+    text, pages = open(sys.argv[2]).read(), records(sys.stdin.read())
+    ok = True
+    for key, name in (("pinned_host", "pinned host"), ("managed", "managed")):
+        users = [p[key] for p in pages if p[key]["allocs"]]
+        m = re.search(r"^%s memory: (\d+) process(?:es)? keeps? [^;]+; allocations (\d+), "
+                      r"served by kept blocks (\d+)$" % name, text, re.M)
+        if not users:
+            ok = ok and m is None
+            continue
+        ok = ok and m is not None and list(map(int, m.groups())) == \
+            [len(users), sum(u["allocs"] for u in users), sum(u["reused"] for u in users)]
+    sys.exit(0 if ok else 1)
 elif cmd == "compare":                  # compare STAT_TEXT STATS_ERR PID
     stat, stats = open(sys.argv[2]).read(), open(sys.argv[3]).read()
     # The process's own summary (its forked child printed one too).
@@ -320,6 +335,12 @@ until_ok 20 test -s "$main_dir/counts" || fail "live_alloc did not go quiet"
 settled() { "$launcher" stat --json "$main" | py settled "$main" "$main_dir/counts"; }
 until_ok 10 settled || fail "the page does not settle at $(cat "$main_dir/counts"): $("$launcher" stat --json "$main")"
 "$launcher" stat "$main" >"$tmp/stat2" || fail "cupool stat failed"
+# The table's lines for pinned host and managed memory (a read of the text
+# and one of the JSON agree once no process allocates between them).
+kinds_agree() { "$launcher" top --once >"$tmp/once" && "$launcher" top --once --json | py kinds "$tmp/once"; }
+until_ok 10 kinds_agree || fail "the table's kept memory lines disagree with --json: $(cat "$tmp/once")"
+grep -q "^pinned host memory: " "$tmp/once" && grep -q "^managed memory: " "$tmp/once" ||
+    fail "no pinned host or managed memory line in: $(cat "$tmp/once")"
 touch "$main_dir/exit"
 wait "$main" || fail "live_alloc failed: $(cat "$main_dir/stats.err")"
 py compare "$tmp/stat2" "$main_dir/stats.err" "$main" || fail "cupool stat and CUPOOL_STATS disagree"

@@ -43,7 +43,8 @@ static void usage(FILE *out)
           "default) unless it runs with CUPOOL_LIVE=0.\n"
           "\n"
           "The terminal view, refreshed every second, has one row per process and\n"
-          "device, sorted by reserved bytes, and totals per device; q quits.\n"
+          "device, sorted by reserved bytes, totals per device and a line each for\n"
+          "pinned host and managed memory (kept bytes, allocations, reuses); q quits.\n"
           "\n"
           "  -1, --once             print one table (or one round of --json) and exit\n"
           "  -j, --json             JSON lines: one object per process per refresh\n"
@@ -155,7 +156,25 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
     size_t ndev = 0;
     total_t totals[CUPOOL_LIVE_DEVICES * 4];
     ndev = make_totals(rows, nrows, totals, sizeof totals / sizeof totals[0]);
-    room -= (int)ndev + 1;
+    /* Pinned host and managed memory belong to no device: a line per kind
+     * under the device totals, when some process allocated that kind. */
+    struct {
+        uint64_t kept, allocs, reused;
+        int processes;
+    } kinds[CUPOOL_LIVE_KEPT_KINDS] = {{0}};
+    int nkinds = 0;
+    for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
+        for (size_t i = 0; i < n; i++) {
+            const cupool_live_kept_t *m = &pages[i].kept[k];
+            if (!m->allocs) continue;
+            kinds[k].processes++;
+            kinds[k].kept += m->kept;
+            kinds[k].allocs += m->allocs;
+            kinds[k].reused += m->reused;
+        }
+        nkinds += kinds[k].processes > 0;
+    }
+    room -= (int)ndev + 1 + nkinds;
     for (size_t i = 0; i < nrows; i++) {
         if (used - 3 >= room && i + 1 < nrows) {
             snprintf(line, sizeof line, "... %zu more", nrows - i);
@@ -187,6 +206,14 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
                  live_human((double)totals[t].reserved, b2, sizeof b2),
                  live_human((double)totals[t].peak_in_use, b3, sizeof b3), (unsigned long long)totals[t].alloc_rate,
                  (unsigned long long)totals[t].free_rate, "", (unsigned long long)totals[t].oom_retries);
+        put_line(out, line, width, eol);
+    }
+    for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
+        if (!kinds[k].processes) continue;
+        snprintf(line, sizeof line, "%s memory: %d process%s keep%s %s; allocations %llu, served by kept blocks %llu",
+                 live_kept_kinds[k].text, kinds[k].processes, kinds[k].processes == 1 ? "" : "es",
+                 kinds[k].processes == 1 ? "s" : "", live_human((double)kinds[k].kept, b1, sizeof b1),
+                 (unsigned long long)kinds[k].allocs, (unsigned long long)kinds[k].reused);
         put_line(out, line, width, eol);
     }
     if (!n) put_line(out, "no process of this user publishes cupool statistics", width, eol);
