@@ -234,55 +234,48 @@ static void expect_fresh(const block_key_t *k, int fresh, int want, const char *
 int hm_queries(size_t key)
 {
     CHECK_TRUE(key < NQUERY_KEYS);
+    const block_key_t *k = &query_keys[key];
+    char label[160];
+    int fresh;
     hm_init();
     CUstream s;
     CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     int keeps_nothing = tl_native();
-    {
-        const block_key_t *k = &query_keys[key];
-        char label[160];
-        int fresh;
-        void *p = hm_take(k, &fresh);
-        expect_fresh(k, fresh, 1, "first allocation");
-        device_work(p, k->size, s);
-        snprintf(label, sizeof label, "%s fresh", hm_key_name(k));
-        report(label, p, k->size);
-        hm_give(k, p);
-        p = hm_take(k, &fresh);
-        expect_fresh(k, fresh, keeps_nothing || !hm_kept(hm_is_managed(k)), "allocated again after its free");
-        snprintf(label, sizeof label, "%s again", hm_key_name(k));
-        report(label, p, k->size);
-        device_work(p, k->size, s);
-        advise_all(label, p, k->size, s);
-        snprintf(label, sizeof label, "%s advised", hm_key_name(k));
-        report(label, p, k->size);
-        hm_give(k, p);
-        /* After advice or attachment: a block with none. */
-        p = hm_take(k, &fresh);
-        expect_fresh(k, fresh, !hm_is_managed(k) ? keeps_nothing || !hm_kept(0) : 1, "allocated after advice");
-        snprintf(label, sizeof label, "%s after advice", hm_key_name(k));
-        report(label, p, k->size);
-        hm_give(k, p);
-    }
+    void *p = hm_take(k, &fresh);
+    expect_fresh(k, fresh, 1, "first allocation");
+    device_work(p, k->size, s);
+    snprintf(label, sizeof label, "%s fresh", hm_key_name(k));
+    report(label, p, k->size);
+    hm_give(k, p);
+    p = hm_take(k, &fresh);
+    expect_fresh(k, fresh, keeps_nothing || !hm_kept(hm_is_managed(k)), "allocated again after its free");
+    snprintf(label, sizeof label, "%s again", hm_key_name(k));
+    report(label, p, k->size);
+    device_work(p, k->size, s);
+    advise_all(label, p, k->size, s);
+    snprintf(label, sizeof label, "%s advised", hm_key_name(k));
+    report(label, p, k->size);
+    hm_give(k, p);
+    /* After advice or attachment: a block with none. */
+    p = hm_take(k, &fresh);
+    expect_fresh(k, fresh, !hm_is_managed(k) ? keeps_nothing || !hm_kept(0) : 1, "allocated after advice");
+    snprintf(label, sizeof label, "%s after advice", hm_key_name(k));
+    report(label, p, k->size);
+    hm_give(k, p);
     /* A block freed in one context, the same allocation in another: that
      * context's own block. */
     CUdevice dev;
     CUcontext other;
     CHECK_CU(cuDeviceGet(&dev, 0));
-    {
-        const block_key_t *k = &query_keys[key];
-        char label[160];
-        int fresh;
-        hm_give(k, hm_take(k, NULL));
-        CHECK_CU(cuCtxCreate(&other, NULL, 0, dev));
-        void *p = hm_take(k, &fresh);
-        expect_fresh(k, fresh, 1, "in another context");
-        snprintf(label, sizeof label, "%s in another context", hm_key_name(k));
-        report(label, p, k->size);
-        hm_give(k, p);
-        CHECK_CU(cuCtxDestroy(other));
-        CHECK_CU(cuCtxSetCurrent(hm_primary));
-    }
+    hm_give(k, hm_take(k, NULL));
+    CHECK_CU(cuCtxCreate(&other, NULL, 0, dev));
+    p = hm_take(k, &fresh);
+    expect_fresh(k, fresh, 1, "in another context");
+    snprintf(label, sizeof label, "%s in another context", hm_key_name(k));
+    report(label, p, k->size);
+    hm_give(k, p);
+    CHECK_CU(cuCtxDestroy(other));
+    CHECK_CU(cuCtxSetCurrent(hm_primary));
     CHECK_CU(cuStreamDestroy(s));
     return 0;
 }

@@ -323,19 +323,19 @@ int hm_case_advice_mapping(void)
     enum { N = 600 };
     block_key_t k = MANAGED(GLOBAL, 8192);
     static void *blocks[N];
+    static CUdeviceptr base[N];
     size_t mapping = 0;
-    for (int i = 0; i < N; i++) blocks[i] = hm_take(&k, NULL);
+    for (int i = 0; i < N; i++) blocks[i] = hm_take(&k, NULL), base[i] = mapping_base(blocks[i]);
     CHECK_CU(cuPointerGetAttribute(&mapping, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, (CUdeviceptr)(uintptr_t)blocks[0]));
     /* The advised block and one in use beside it: two blocks wholly in one mapping. */
     int advised = -1, beside = -1;
     for (int i = 0; i < N && beside < 0; i++)
         for (int j = i + 1; j < N && beside < 0; j++)
-            if (mapping_base(blocks[i]) == mapping_base(blocks[j]) &&
-                (uintptr_t)blocks[i] + k.size <= mapping_base(blocks[i]) + mapping &&
-                (uintptr_t)blocks[j] + k.size <= mapping_base(blocks[j]) + mapping)
+            if (base[i] == base[j] && (uintptr_t)blocks[i] + k.size <= base[i] + mapping &&
+                (uintptr_t)blocks[j] + k.size <= base[j] + mapping)
                 advised = i, beside = j;
     CHECK_TRUE(beside >= 0);
-    uintptr_t lo = mapping_base(blocks[advised]), hi = lo + mapping;
+    uintptr_t lo = base[advised], hi = lo + mapping;
     /* Every other block freed (kept where this run keeps managed memory),
      * those of the mapping and the others in turn, one of the others
      * first: the kept list of the key holds both, not one run of each. */

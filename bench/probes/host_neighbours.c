@@ -37,11 +37,7 @@ static void range_of(const char *what, CUdeviceptr d, size_t n)
 int main(void)
 {
     CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    probe_context(&dev);
     CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CUmemLocation on_dev = {CU_MEM_LOCATION_TYPE_DEVICE, 0}, on_host = {CU_MEM_LOCATION_TYPE_HOST, 0};
