@@ -407,6 +407,9 @@ void cupool_stats_print(void)
         if (LOAD(s->oversize_kept))
             fprintf(out, "cupool:     freed blocks the store kept though larger than itself %llu\n",
                     LOAD(s->oversize_kept));
+        if (LOAD(s->gpu_ordered_frees))
+            fprintf(out, "cupool:     deferred fences with their frees ordered on the GPU behind them %llu\n",
+                    LOAD(s->gpu_ordered_frees));
         if (LOAD(s->deferred_waits))
             fprintf(out, "cupool:     frees that waited for the GPU (more freed and waiting than CUPOOL_DEFERRED_WAIT) %llu\n",
                     LOAD(s->deferred_waits));

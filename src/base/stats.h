@@ -24,6 +24,7 @@ typedef struct cupool_device_stats {
     atomic_ullong misses_given_back, given_back_bytes; /* large allocations the store handed blocks back for (engine's free store) */
     atomic_ullong oversize_kept; /* `ordered` frees the store kept though larger than itself (engine's free store) */
     atomic_ullong deferred_waits; /* frees that waited for the GPU, more than CUPOOL_DEFERRED_WAIT waiting (engine's free store) */
+    atomic_ullong gpu_ordered_frees; /* `deferred` batches handed back to their pools behind their fences (engine's free store) */
     /* Where the reserve above what is in use was, only while timing: at the
      * peak reserved (a snapshot under peak_lock), and the most each part
      * held at once. */

@@ -1,11 +1,13 @@
 /*
- * `deferred`'s fences and batches: a free in `deferred` keeps its block
- * until events recorded on every stream that could still use it have
- * completed, polling them on later calls and never making the host wait
- * (unless the memory waiting grows past a cap); a block whose fence has
- * completed goes to the ready store (ready_store.c) before it goes back to
- * its pool.  A free made while a stream capture is in progress (any mode)
- * is held here until the capture ends.
+ * `deferred`'s fences and batches: a free in `deferred` sets a fence after
+ * the work of every stream that could still use its block, without making
+ * the host wait (unless the memory waiting grows past a cap).  By default
+ * (CUPOOL_DEFERRED_ORDER=gpu) the block then goes back to its pool at once,
+ * its free ordered on the GPU behind the fence; with `host` cupool holds it
+ * until the fence has completed, polling on later calls, and keeps it in the
+ * ready store (ready_store.c) for the next allocation of its size.  A free
+ * made while a stream capture is in progress (any mode) is held here until
+ * the capture ends.
  */
 #include "free_store.h"
 
@@ -35,6 +37,27 @@
  * CUPOOL_DEFERRED_WAIT bytes waiting (cupool_held_cap), a free waits for
  * the oldest batches (a native cuMemFree would have waited for the whole
  * device). */
+
+/* ---- frees ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu) -------------------
+ * A block cupool holds until its fence completes is memory no allocation can
+ * have meanwhile, and a block kept for its own size is memory no other size
+ * can have: a training loop that runs the CPU ahead of the GPU held twice
+ * what its framework's caching allocator holds, most of it reserved by the
+ * pool while the held blocks waited (docs/DESIGN.md, "Memory held").  So a
+ * batch's blocks go back to their pools as soon as its fence is recorded:
+ * cupool's fence stream waits for the fence and frees them there
+ * (cuMemFreeAsync), behind every use in stream order.  The pool hands their
+ * memory on, to an allocation of any size on cupool's private stream, once
+ * the GPU has passed the frees (its opportunistic reuse, on by default);
+ * where the pool can no longer grow, it makes the allocation wait for them
+ * instead (its internal dependencies, on by default), and the allocation's
+ * query of its stream waits too: out of memory only where the frees could
+ * not help.  The batch stays, with its fence and bytes, as the count of
+ * memory waiting for the GPU (statistics, CUPOOL_DEFERRED_WAIT). */
+static int order_on_gpu(void)
+{
+    return cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_GPU;
+}
 
 static CUevent take_event(cupool_context_t *c)
 {
@@ -198,6 +221,26 @@ static void order_after(cupool_context_t *c, CUevent fence)
     if (!cupool_context_fences()) real_cuStreamWaitEvent(c->private_stream, fence, 0);
 }
 
+/* With CUPOOL_DEFERRED_ORDER=gpu, hands the batch's blocks back to their
+ * pools on the fence stream, behind its fence (see above); 1 when they are
+ * back, 0 when they stay in the batch, to go back once it has completed.
+ * c->lock and the capture gate held, no capture in progress. */
+static int free_behind(cupool_context_t *c, deferred_batch_t *batch)
+{
+    if (!order_on_gpu()) return 0;
+    CUresult r = fan_in_ready(c);
+    if (r == CUDA_SUCCESS) r = real_cuStreamWaitEvent(c->fence_stream, batch->fence, 0);
+    if (r != CUDA_SUCCESS) {
+        cupool_message_once(CUPOOL_MSG_WARN, "cannot order frees on the GPU (%s); deferred blocks wait for their "
+                                             "fences on the host",
+                            cupool_result_name(r));
+        return 0;
+    }
+    cupool_release_blocks(c, batch->blocks, c->fence_stream);
+    batch->blocks = NULL;
+    return 1;
+}
+
 /* Sets a fence after all the work of the context and queues the pending
  * frees behind it (or, failing that, synchronizes the context and frees
  * them); a capture in progress leaves them pending until its end.  Called
@@ -208,7 +251,16 @@ static void record_batch(cupool_context_t *c)
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     if (batch && (batch->fence = take_event(c))) {
         batch->fenced_ns = cupool_now_ns();
-        r = cupool_record_fence_gated(c, batch->fence);
+        batch->blocks = c->pending;
+        batch->bytes = 0;
+        for (deferred_block_t *b = c->pending; b; b = b->next) batch->bytes += b->size;
+        /* The fence and the frees behind it under one hold of the gate: no
+         * capture may begin between them. */
+        cupool_capture_gate_enter();
+        r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS : record_fence(c, batch->fence);
+        if (r == CUDA_SUCCESS && free_behind(c, batch))
+            atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->gpu_ordered_frees, 1, memory_order_relaxed);
+        cupool_capture_gate_leave();
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
     if (r == CUPOOL_CAPTURE_IN_PROGRESS) {
@@ -223,7 +275,6 @@ static void record_batch(cupool_context_t *c)
         real_cuCtxSynchronize();
         CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - cupool_release_blocks(c, c->pending, c->private_stream));
     } else {
-        batch->blocks = c->pending;
         batch->next = NULL;
         if (c->tail) c->tail->next = batch;
         else CUPOOL_HINT_WRITE(c->head, batch);
@@ -275,9 +326,9 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         if (!c->head) c->tail = NULL;
         order_after(c, batch->fence);
         give_event(c, batch->fence);
+        CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - batch->bytes);
         for (deferred_block_t *b = batch->blocks, *next; b; b = next) {
             next = b->next;
-            CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - b->size);
             if (cap) cupool_ready_put(c, b, batch->fenced_ns, c->private_stream);
             else cupool_release_block(c, b, c->private_stream);
         }
@@ -294,8 +345,13 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t s
 {
     if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_synchronize_switch(c);
     /* Ready blocks alone matter to a taker, and to a wait for everything
-     * (which empties the store too). */
-    if (!cupool_deferred_waiting(c) && !(CUPOOL_HINT_READ(c->ready_oldest) && (size || keep == 0))) return 0;
+     * (which empties the store too).  Batches whose blocks are back in their
+     * pools already (CUPOOL_DEFERRED_ORDER=gpu) only count bytes, which the
+     * next free brings up to date: only a wait for everything waits for
+     * them. */
+    int waiting = keep == 0 || !order_on_gpu() ? cupool_deferred_waiting(c)
+                                               : CUPOOL_HINT_READ(c->pending) || CUPOOL_HINT_READ(c->held);
+    if (!waiting && !(CUPOOL_HINT_READ(c->ready_oldest) && (size || keep == 0))) return 0;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, keep);

@@ -40,11 +40,14 @@ struct ready_size {
     UT_hash_handle hh;
 };
 
-/* Blocks freed before one fence was set: they go back to the pool together
- * once it has completed. */
+/* Blocks freed before one fence was set: with CUPOOL_DEFERRED_ORDER=gpu
+ * back in their pools already, their frees ordered on the GPU behind the
+ * fence (blocks NULL), and counted until it has completed; with `host` held
+ * here and handed on together once it has completed. */
 struct deferred_batch {
     deferred_block_t *blocks;
     deferred_batch_t *next;
+    uint64_t bytes;                       /* of its blocks, counted in c->deferred_bytes */
     CUevent fence;                        /* after all the work of the context (record_fence) */
     uint64_t fenced_ns;                   /* when it was recorded */
 };

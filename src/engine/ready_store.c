@@ -133,7 +133,10 @@ uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id)
 uint64_t cupool_ready_cap(cupool_context_t *c)
 {
     int mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
-    uint64_t cap = mode == CUPOOL_FREE_DEFERRED  ? cupool_held_cap(c, CUPOOL_OPT_DEFERRED_READY)
+    /* Frees ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu) go to the pool,
+     * not here: in `deferred` the store then only empties. */
+    int store = mode == CUPOOL_FREE_DEFERRED && cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_HOST;
+    uint64_t cap = store                         ? cupool_held_cap(c, CUPOOL_OPT_DEFERRED_READY)
                    : mode == CUPOOL_FREE_ORDERED ? cupool_option_started(CUPOOL_OPT_ORDERED_READY)
                                                  : 0;
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
