@@ -9,8 +9,11 @@
  * (cuMemGetInfo says so) even where cupool keeps them ready for the next
  * allocation of their size, and that store stays within its own cap,
  * CUPOOL_DEFERRED_READY.  CUPOOL_STATS counts the frees that waited and
- * says where the peak reserve went.  Simulator only: a real GPU completes
- * the events too soon to pile anything up.
+ * says where the peak reserve went.  These cases hold the blocks on the
+ * host (CUPOOL_DEFERRED_ORDER=host); host-ahead proves that with the frees
+ * ordered on the GPU (the default) nothing waits on the host at all.
+ * Simulator only: a real GPU completes the events too soon to pile
+ * anything up.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -79,16 +82,56 @@ static int shares(void)
     return lagging_gpu(SHARE_FLOOR + SHARE_FLOOR, BLOCKS * BLOCK / 4, SHARE_FLOOR, 0);
 }
 
+/* The host runs ahead of a lagging GPU, every fence still pending: frees
+ * ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu, the default) put each
+ * block back in its pool at the free, behind its fence, so the pool serves
+ * the program's next 1.5 GiB, in other sizes, from that memory and reserves
+ * nothing more, and no free waits on the host.  (The simulator runs the
+ * frees as they are enqueued: the GPU's reuse of them once it has passed
+ * them is the driver's, proved on the GPU.)  Held on the host until their
+ * fences complete (`host`), the same frees leave the pool to reserve anew:
+ * that control must fail. */
+static int host_ahead(void)
+{
+    tl_init(0);
+    CUdeviceptr blocks[BLOCKS], other[2 * BLOCKS];
+    for (int i = 0; i < BLOCKS; i++) CHECK_CU(cuMemAlloc(&blocks[i], BLOCK));
+    CUmemoryPool pool = tl_pool_of(blocks[0]);
+    CHECK_TRUE(pool != NULL);
+    cuuint64_t reserved = 0, reserved_after = 0;
+    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+    for (int i = 0; i < BLOCKS; i++) CHECK_CU(cuMemFree(blocks[i]));
+    uint64_t held = tl_pool_used(pool);
+    printf("after freeing %d x 64 MiB with every fence pending: cupool holds %llu MiB of them\n", BLOCKS,
+           (unsigned long long)(held >> 20));
+    /* Other sizes: three quarters and a quarter of a block each. */
+    for (int i = 0; i < BLOCKS; i++) {
+        CHECK_CU(cuMemAlloc(&other[2 * i], BLOCK / 4 * 3));
+        CHECK_CU(cuMemAlloc(&other[2 * i + 1], BLOCK / 4));
+    }
+    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved_after));
+    printf("the pool reserved %llu MiB before the frees, %llu MiB after 1.5 GiB more in other sizes\n",
+           (unsigned long long)(reserved >> 20), (unsigned long long)(reserved_after >> 20));
+    CHECK_EQ(held, 0);
+    CHECK_TRUE(reserved_after <= reserved);
+    for (int i = 0; i < 2 * BLOCKS; i++) CHECK_CU(cuMemFree(other[i]));
+    return 0;
+}
+
 static const tl_case_t cases[] = {
+    {"host-ahead", host_ahead,
+     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_DEFERRED_WAIT=unlimited",
+      "CUPOOL_STATS=1", NULL},
+     1, "deferred fences with their frees ordered on the GPU behind them "},
     {"lagging-gpu", default_caps,
-     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1", NULL}, 1,
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1", NULL}, 1,
      "frees that waited for the GPU (more freed and waiting than CUPOOL_DEFERRED_WAIT)"},
     {"wait-bytes", wait_bytes,
-     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1",
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1",
       "CUPOOL_DEFERRED_WAIT=256M", NULL},
      1, "frees that waited for the GPU (more freed and waiting than CUPOOL_DEFERRED_WAIT)"},
     {"shares", shares,
-     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1",
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1",
       "CUPOOL_DEFERRED_WAIT=25%", "CUPOOL_DEFERRED_READY=10%", NULL},
      1, "most held at once: ready store 64.0 MiB, waiting for fences "},
 };
@@ -99,5 +142,17 @@ int main(int argc, char **argv)
     if (asked) return asked->run();
     if (check_real_driver()) return CHECK_SKIP;
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    return tl_run_cases(cases, sizeof cases / sizeof cases[0], NULL) ? 1 : 0;
+    int failed = tl_run_cases(cases, sizeof cases / sizeof cases[0], NULL);
+    /* The control: host_ahead with the blocks held on the host must fail. */
+    static const char *const held_env[] = {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host",
+                                           "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G",
+                                           "CUPOOL_DEFERRED_WAIT=unlimited", NULL};
+    const char *args[] = {"--case", "host-ahead", NULL};
+    tl_child_t c;
+    tl_run_self(args, held_env, 0, 60, &c);
+    int ok = c.status == 1; /* an expectation failed; not a crash, not a time-out */
+    if (!ok) tl_child_dump("host-ahead, order host", &c), failed++;
+    printf("control: host-ahead with CUPOOL_DEFERRED_ORDER=host fails%s\n", ok ? ", as it must" : " NOT (FAILED)");
+    tl_child_free(&c);
+    return failed ? 1 : 0;
 }

@@ -5,10 +5,12 @@
  * blocking streams, on per-thread default streams, on non-blocking streams
  * (blocking ones under a forced `ordered`, which is correct only there),
  * across two contexts of one device and on a second device.  It proves the
- * deferred way too: with SIMCUDA_EVENT_DELAY=3 (events answer NOT_READY
- * three times) a freed block stays in use in its pool at the free and goes
- * back only after later allocations or a synchronization, never by a host
- * wait in the free.  Under auto it proves the mode follows the program
+ * deferred ways too: with SIMCUDA_EVENT_DELAY=3 (events answer NOT_READY
+ * three times) a freed block goes back to its pool at once, its free
+ * ordered behind a fence (CUPOOL_DEFERRED_ORDER=gpu, mode "deferred"), or
+ * stays in use in its pool at the free and goes back only after later
+ * allocations or a synchronization (`host`, mode "deferred-host"), never by
+ * a host wait in the free.  Under auto it proves the mode follows the program
  * (ordered -> deferred at the first non-blocking stream, -> sync at a second
  * context).  At the end the pools hold no used bytes beyond a probe block.
  */
@@ -103,7 +105,8 @@ static int free_again(CUmemoryPool pool, uint64_t used_with_block)
 enum free_kind {
     FREED_NOW, /* `sync`: back in the pool at once */
     KEPT,      /* `ordered`: kept for the next allocation of its size */
-    DEFERRED,  /* `deferred`: back in the pool (or kept) once its users are done */
+    DEFERRED,  /* `deferred`, CUPOOL_DEFERRED_ORDER=host: back in the pool (or kept) once its users are done */
+    GPU_ORDERED, /* `deferred`, CUPOOL_DEFERRED_ORDER=gpu: back in the pool at once, its free ordered behind a fence */
 };
 
 /* After a free, does the memory in use drop at once, or only later? */
@@ -127,7 +130,25 @@ static void check_free_timing(enum free_kind kind)
     uint64_t at_free = expect_deferred ? held_at_free : pool_at_free;
     /* A free may hand back older deferred blocks (all far smaller than
      * 2 MiB at this point): what matters is whether the 4 MiB block went. */
-    if (expect_deferred) {
+    if (kind == GPU_ORDERED) {
+        /* Back in its pool while its fence is still pending (the
+         * simulator's events answer NOT_READY): the pool holds none of it
+         * for cupool, at the free or, where a batch of the per-stream
+         * fan-in waits for company (up to a millisecond), after later
+         * allocations.  The race checker proves the free ordered after
+         * every use; test_kernel_race does with work in flight. */
+        int i;
+        for (i = 0; sim && i < 50 && tl_pool_used(pool) + (2 << 20) > pool_before; i++) {
+            CUdeviceptr t;
+            usleep(2000);
+            CHECK_CU(cuMemAlloc(&t, 256));
+            CHECK_CU(cuMemFree(t));
+        }
+        if (i == 50)
+            CHECK_FAIL("%s: the freed block is still in its pool's use (%llu -> %llu): held by cupool", mode,
+                       (unsigned long long)pool_before, (unsigned long long)tl_pool_used(pool));
+        printf("%s: the freed block went back to its pool after %d later allocations\n", mode, i);
+    } else if (expect_deferred) {
         /* The block waits for its events: still used right after the free.
          * Only the simulator (SIMCUDA_EVENT_DELAY) guarantees an event is
          * still pending here; an idle GPU completes it at once, and
@@ -232,6 +253,8 @@ static int child(void)
     int is_auto = strcmp(mode, "auto") == 0, is_deferred = strcmp(mode, "deferred") == 0;
     int is_sync = strcmp(mode, "sync") == 0;
     enum free_kind ordered_kind = is_sync ? FREED_NOW : KEPT;
+    const char *order = getenv("CUPOOL_DEFERRED_ORDER");
+    enum free_kind deferred_kind = order && strcmp(order, "host") == 0 ? DEFERRED : GPU_ORDERED;
     primary0 = tl_init(0);
 
     /* The used bytes of one probe block in an otherwise empty pool. */
@@ -246,13 +269,13 @@ static int child(void)
     /* A: the legacy stream only. */
     CUstream legacy = NULL;
     streams_scenario(&legacy, 1, 0x10000000);
-    check_free_timing(is_deferred ? DEFERRED : ordered_kind);
+    check_free_timing(is_deferred ? deferred_kind : ordered_kind);
 
     /* B: several blocking streams. */
     CUstream blocking[3];
     for (int i = 0; i < 3; i++) CHECK_CU(cuStreamCreate(&blocking[i], CU_STREAM_DEFAULT));
     streams_scenario(blocking, 3, 0x20000000);
-    check_free_timing(is_deferred ? DEFERRED : ordered_kind);
+    check_free_timing(is_deferred ? deferred_kind : ordered_kind);
 
     /* C: per-thread default streams from two threads at once. */
     pthread_t threads[2];
@@ -264,7 +287,7 @@ static int child(void)
     for (int i = 0; i < 2; i++) CHECK_CU(cuStreamCreate(&nonblocking[i], side_stream_flags()));
     CUstream mixed[4] = {nonblocking[0], blocking[0], nonblocking[1], NULL};
     streams_scenario(mixed, 4, 0x40000000);
-    check_free_timing(is_deferred || is_auto ? DEFERRED : ordered_kind);
+    check_free_timing(is_deferred || is_auto ? deferred_kind : ordered_kind);
     for (int i = 0; i < 3; i++) CHECK_CU(cuStreamDestroy(blocking[i]));
     CHECK_CU(cuStreamDestroy(nonblocking[1]));
     streams_scenario(nonblocking, 1, 0x48000000);
@@ -279,7 +302,7 @@ static int child(void)
         CHECK_CU(cuStreamCreate(&s1, side_stream_flags()));
         CUstream on1[2] = {NULL, s1};
         streams_scenario(on1, 2, 0x50000000);
-        check_free_timing(is_deferred || is_auto ? DEFERRED : ordered_kind);
+        check_free_timing(is_deferred || is_auto ? deferred_kind : ordered_kind);
         CHECK_CU(cuStreamDestroy(s1));
         cupool_stats_t s = tl_stats(1);
         CHECK_TRUE(s.pooled_allocs > 0);
@@ -326,11 +349,12 @@ static int child(void)
         printf("%s: device %d: %llu pooled allocations, all freed\n", mode, d, (unsigned long long)s.pooled_allocs);
     }
     CHECK_CU(cuCtxSynchronize());
-    if (!is_sync && !is_auto) {
+    if (!is_sync && !is_auto && !(is_deferred && deferred_kind == GPU_ORDERED)) {
         /* Freed blocks cupool keeps ready for the next allocation of their
          * size stay used in the pool until they have waited a second for a
          * taker: then the next allocation hands them back (auto is `sync`
-         * by now, which keeps none). */
+         * by now, which keeps none, and frees ordered on the GPU are kept
+         * by none). */
         CHECK_TRUE(tl_pool_used(pool0) > probe_used);
         usleep(1100 * 1000);
     }
@@ -374,7 +398,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child();
     if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    static const char *const modes[] = {"ordered", "deferred", "deferred-streams", "sync", "auto"};
+    static const char *const modes[] = {"ordered", "deferred", "deferred-host", "deferred-streams", "sync", "auto"};
     static const char *const env[] = {"SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", NULL};
-    return tl_run_modes(modes, 5, env, 120, switches_as_expected) ? 1 : 0;
+    return tl_run_modes(modes, 6, env, 120, switches_as_expected) ? 1 : 0;
 }

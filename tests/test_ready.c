@@ -1,5 +1,6 @@
 /*
- * Proves the ready store of `deferred` mode (src/engine/ready_store.c): a freed block
+ * Proves the ready store of `deferred` mode with CUPOOL_DEFERRED_ORDER=host
+ * (src/engine/ready_store.c), and of `ordered`: a freed block
  * whose events have completed serves the context's next allocation of the
  * same size without going back to the pool, and is otherwise free memory.
  *   reuse:      after the free has completed, cuMemGetInfo counts the block
@@ -23,6 +24,8 @@
  *   oom:        an allocation that needs the memory the store keeps gets
  *               it, in the store's context or another on the device
  *               (simulator only: SIMCUDA_MEM sets the device's size).
+ *   capture-*gpu: capture with the frees ordered on the GPU (the default
+ *               order), where the store keeps nothing.
  *   fence-*:    reuse, with each kind of fence CUPOOL_DEFERRED_FENCE
  *               chooses and CUPOOL_VERBOSE saying which: one event for the
  *               whole context (the default), an event on every stream
@@ -712,38 +715,42 @@ static int capture_waits(void)
 }
 
 static const tl_case_t cases[] = {
-    {"reuse", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_STATS=1", NULL}, 0,
+    {"reuse", reuse, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_STATS=1", NULL}, 0,
      "allocations served by a ready block"},
-    {"off", off, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=0", NULL}, 0},
-    {"threshold0", off, {"CUPOOL_FREE=deferred", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
-    {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_READY=8M", NULL}, 0},
-    {"limit", limit, {"CUPOOL_FREE=deferred", "CUPOOL_LIMIT=17M", NULL}, 0},
-    {"leave", leave, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0},
-    {"release", release, {"CUPOOL_FREE=deferred", NULL}, 0},
-    {"oom", oom, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
-    {"oom-other-context", oom_other, {"CUPOOL_FREE=deferred", "SIMCUDA_MEM=64M", NULL}, 1},
-    {"fence-context", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", NULL}, 0,
+    {"off", off, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_DEFERRED_READY=0", NULL}, 0},
+    {"threshold0", off, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
+    {"cap", cap, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_DEFERRED_READY=8M", NULL}, 0},
+    {"limit", limit, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_LIMIT=17M", NULL}, 0},
+    {"leave", leave, {"CUPOOL_FREE=auto", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_VERBOSE=1", NULL}, 0},
+    {"release", release, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", NULL}, 0},
+    {"oom", oom, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_MEM=64M", NULL}, 1},
+    {"oom-other-context", oom_other, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_MEM=64M", NULL}, 1},
+    {"fence-context", reuse, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", NULL}, 0,
      "deferred fences: one event for the whole context"},
     {"fence-streams", reuse,
-     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0,
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0,
      "deferred fences: an event on every stream (CUPOOL_DEFERRED_FENCE=streams)"},
     /* The real driver would look for the tool's library. */
     {"fence-tool", reuse,
-     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so", NULL}, 1,
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "CUDA_INJECTION64_PATH=/no/tool.so", NULL}, 1,
      "deferred fences: an event on every stream (a CUDA tool is attached)"},
     {"fence-sanitizer", reuse,
-     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "NV_SANITIZER_INJECTION_PORT_BASE=49152",
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", "CUPOOL_VERBOSE=1", "NV_SANITIZER_INJECTION_PORT_BASE=49152",
       NULL},
      1, "deferred fences: an event on every stream (a CUDA tool is attached)"},
     /* A driver that has cuCtxRecordEvent but refuses it. */
-    {"fence-refused", reuse, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", "SIMCUDA_NO_CTX_RECORD_EVENT=1", NULL}, 1,
+    {"fence-refused", reuse, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", "SIMCUDA_NO_CTX_RECORD_EVENT=1", NULL}, 1,
      "cuCtxRecordEvent failed (CUDA_ERROR_NOT_SUPPORTED); deferred fences record an event on every stream"},
-    {"held", held, {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
-    {"capture", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
-    {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
+    {"held", held, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
+    {"capture", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", NULL}, 0},
+    {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
+    /* Captures with the frees ordered on the GPU (the default order). */
+    {"capture-gpu", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
+    {"capture-streams-gpu", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
+
     {"ordered-reuse", ordered_reuse, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
      "allocations served by a ready block"},
-    {"ordered-auto", ordered_reuse, {"CUPOOL_FREE=auto", NULL}, 0},
+    {"ordered-auto", ordered_reuse, {"CUPOOL_FREE=auto", "CUPOOL_DEFERRED_ORDER=host", NULL}, 0},
     {"ordered-off", off, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
     {"ordered-threshold0", off, {"CUPOOL_FREE=ordered", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
@@ -766,9 +773,9 @@ static const tl_case_t cases[] = {
     {"ordered-capture-off", capture, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 0},
     {"sync-capture", capture, {"CUPOOL_FREE=sync", NULL}, 0},
     {"capture-waits", capture_waits, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0", NULL}, 1},
-    {"ordered-switch", ordered_switch, {"CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 0,
+    {"ordered-switch", ordered_switch, {"CUPOOL_FREE=auto", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_VERBOSE=1", NULL}, 0,
      "free mode ordered -> deferred"},
-    {"ordered-leave", ordered_leave, {"CUPOOL_FREE=auto", NULL}, 0},
+    {"ordered-leave", ordered_leave, {"CUPOOL_FREE=auto", "CUPOOL_DEFERRED_ORDER=host", NULL}, 0},
 };
 
 /* Under a CUDA tool auto records an event on every stream. */

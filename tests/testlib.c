@@ -224,14 +224,17 @@ int tl_run_modes(const char *const *modes, int nmodes, const char *const *env, i
         }
         ran++;
         int native = strcmp(modes[i], "native") == 0;
-        /* "deferred-streams": deferred with CUPOOL_DEFERRED_FENCE=streams. */
+        /* "deferred-streams": deferred with CUPOOL_DEFERRED_FENCE=streams;
+         * "deferred-host": with CUPOOL_DEFERRED_ORDER=host. */
         const char *dash = strchr(modes[i], '-');
-        char setting[64], fence[64];
+        int order = dash && (strcmp(dash + 1, "host") == 0 || strcmp(dash + 1, "gpu") == 0);
+        char setting[64], fence[64], deferred_order[64];
         snprintf(setting, sizeof setting, "CUPOOL_FREE=%.*s", dash ? (int)(dash - modes[i]) : 32,
                  native ? "auto" : modes[i]);
-        snprintf(fence, sizeof fence, "CUPOOL_DEFERRED_FENCE=%s", dash ? dash + 1 : "auto");
-        const char *all[32] = {setting, fence};
-        int n = 2;
+        snprintf(fence, sizeof fence, "CUPOOL_DEFERRED_FENCE=%s", dash && !order ? dash + 1 : "auto");
+        snprintf(deferred_order, sizeof deferred_order, "CUPOOL_DEFERRED_ORDER=%s", order ? dash + 1 : "gpu");
+        const char *all[32] = {setting, fence, deferred_order};
+        int n = 3;
         for (const char *const *e = env; e && *e && n < 31; e++) all[n++] = *e;
         all[n] = NULL;
         const char *args[] = {"--child", NULL};
