@@ -180,7 +180,7 @@ def prow(config, runs, wl="cnn"):
 prows = [prow("caching", {1: (10.0, 2000.0), 2: (11.0, 2000.0), 3: (10.5, 2010.0)}),
          prow("async", {1: (10.2, 1900.0), 2: (10.4, 1900.0), 3: (10.6, 1900.0)}),
          prow("nocache-native", {1: (40.0, 1500.0)}),
-         prow("nocache-cupool", {1: (99.0, 2100.0), 2: (10.9, 2150.0), 3: (10.6, 2050.0)}),
+         prow("nocache-cupool", {1: (99.0, 2100.0), 2: (10.9, 2190.0), 3: (10.6, 2050.0)}),
          prow("nocache-cupool-deferred", {1: (99.0, 4000.0), 2: (10.0, 2000.0)})]
 for r in prows:
     P.summarize(r)
@@ -189,7 +189,7 @@ cup = B.find_row(prows, "cnn", "nocache-cupool")
 deferred = B.find_row(prows, "cnn", "nocache-cupool-deferred")
 check("parity: the statistics round's time does not count", cup["ms_median"], (10.9 + 10.6) / 2)
 check("parity: memory counts every round", cup["peak_mib"], 2100.0)
-check("parity: worst round against caching", cup["mem_vs_caching"], 2150.0 / 2000.0)
+check("parity: worst round against caching", cup["mem_vs_caching"], 2190.0 / 2000.0)
 check("parity: worst round against async", deferred["mem_vs_async"], 4000.0 / 1900.0)
 check("parity: time over the rounds both ran", cup["time_vs_caching"], ((10.9 + 10.6) / 2) / ((11.0 + 10.5) / 2))
 check("parity: time against async, one round", deferred["time_vs_async"], 10.0 / 10.4)
@@ -244,7 +244,7 @@ with contextlib.redirect_stderr(io.StringIO()):
 if perrors or pnotes:
     failures.append("parity run_all: errors %r, notes %r" % (perrors, pnotes))
 runs = {(r["workload"], r["config"]): [x["round"] for x in r["runs"]] for r in prows}
-if runs.get(("cnn", "nocache-native")) != [1] or runs.get(("cupy", "nocache-cupool")) != [1, 2, 3] or len(runs) != 2 * len(P.CONFIGS):
+if runs.get(("cnn", "nocache-native")) != [1] or runs.get(("cupy", "nocache-cupool")) != [1, 2, 3] or len(runs) != 2 * len(P.CONFIGS) - len(P.PYTORCH_ONLY) or ("cupy", "expandable") in runs:
     failures.append("parity run_all rounds: %r" % runs)
 st = [x.get("cupool_stats") for r in prows for x in r["runs"] if x.get("stats")]
 under_cupool = [c for c in P.CONFIGS if P.config_free(c) is not None]  # each gets a statistics run
