@@ -17,7 +17,7 @@
 # Environment: CUPOOL_BUILD (build dir), UTHASH_DIR (default .vendor/uthash),
 # CUDA_HOME (default /usr/local/cuda), JOBS (make -j, default 16),
 # BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc host loop cupy torch
-# memset parity).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite
+# memset parity, and capacity, which runs only when named).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite
 # alone within a 600-s call.
 set -u
 
@@ -201,6 +201,12 @@ want cupy && run_stage cupy "$cupy_cap" "$python" "$src/bench/cupy_bench.py" --c
 parity_cap=240
 want torch || parity_cap=$budget
 want parity && run_stage parity "$parity_cap" "$python" "$src/bench/parity_bench.py" --cupool "$launcher" \
+    --library "$lib" --out "$out"
+
+# ---- capacity parity: the largest CNN batch beside a holder of the card's memory ---------------
+# bench/capacity_bench.py: a dozen processes of the parity suite's CNN
+# worker, 6-10 s each.  Not among the default stages (BENCH_ONLY=capacity).
+want capacity && run_stage capacity "$budget" "$python" "$src/bench/capacity_bench.py" --cupool "$launcher" \
     --library "$lib" --out "$out"
 
 # ---- PyTorch: last, with whatever the budget has left ------------------------------------------

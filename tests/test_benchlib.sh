@@ -266,6 +266,26 @@ for want_text in ("**cnn** (ms per step)", "**cupy** (ms per iteration)", "of 16
 if "Not measured yet" not in R.section_parity(os.path.join(tmp, "nothing")):
     failures.append("parity report section without results")
 
+# ---- the capacity test's walk over batches --------------------------------------------
+import capacity_bench as C
+def walk(fits, start=64):
+    """largest() against a fake process that trains every batch up to `fits`."""
+    tried = []
+    def fake_train(config, batch, args, env, logdir):
+        tried.append(batch)
+        return {"ok": batch <= fits, "ms": float(batch), "oom": batch > fits}
+    saved, C.train = C.train, fake_train
+    try:
+        a = types.SimpleNamespace(batch=start, step=8, min_batch=8, max_batch=256, max_tries=6)
+        best, runs = C.largest("caching", a, {}, None)
+    finally:
+        C.train = saved
+    return best, tried
+for fits, want in ((80, (80, [64, 72, 80, 88])), (50, (48, [64, 56, 48])), (4, (None, [64, 56, 48, 40, 32, 24])),
+                   (1000, (104, [64, 72, 80, 88, 96, 104]))):
+    if walk(fits) != want:
+        failures.append("capacity walk, batches up to %d fit: %r, want %r" % (fits, walk(fits), want))
+
 for f in failures:
     print("test_benchlib: " + f, file=sys.stderr)
 sys.exit(1 if failures else 0)
