@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs the demo natively and under cupool, on the GPU when this machine has
 # one, else on the simulated driver the test suite uses, and prints both.
 set -e

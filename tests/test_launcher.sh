@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The cupool launcher: usage and errors, LD_PRELOAD prepended with what was
 # there kept, and every option setting its CUPOOL_* variable.
 set -u

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The man pages cannot drift from the programs they describe: every option
 # the launcher's and the tools' usage prints is a tagged entry of its page,
 # every CUPOOL_* variable of the option table (the CUPOOL_OPTIONS X-macro,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves the ready store of `deferred` mode (src/engine/ready_store.c): a freed block
  * whose events have completed serves the context's next allocation of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUPOOL_* environment options: one table (options.h's CUPOOL_OPTIONS),
  * each value read and validated once, on first use.  A bad value keeps the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUPOOL_* options (options.c): one X-macro table of every option,
  * its values, and the inline read of a parsed value; and cupool's one

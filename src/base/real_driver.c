@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The real driver: libcuda.so.1 loaded once, and a typed pointer to every
  * entry point cupool handles or calls (real_<name>), generated from the one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The real driver (real_driver.c): the typed real_<name> pointers and the
  * symbol enum generated from symbols.h, the loading of libcuda, the spin

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Counters behind CUPOOL_STATS=1: calls seen per handled entry point, and per
  * device the pooled and native allocations, bytes, peaks, trims, OOM retries

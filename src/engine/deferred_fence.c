@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `deferred`'s fences and batches: a free in `deferred` keeps its block
  * until events recorded on every stream that could still use it have

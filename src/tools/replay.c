@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool-replay: measures one call log's allocation trace natively and under
  * cupool's configurations.  The trace is every successful allocation of the

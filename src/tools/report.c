@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool-report: reads one or more cupool call logs (CUPOOL_LOG) and prints
  * what happened per device (calls, pooled and native allocations, bytes,

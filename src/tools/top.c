@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool-top: what every process of the user under cupool is doing now, from
  * the live statistics pages they publish (src/engine/live.h, read by livepage.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reading call logs into trace_t (trace.h): each line is parsed by jsonl.c,
  * its fields checked and turned into a fixed-size record.  Every call line

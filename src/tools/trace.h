@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A call log read into memory for the tools: every well-formed line of one
  * or more logs becomes a trace_record_t, and the records are put in the

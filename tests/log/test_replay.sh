@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cupool-replay on tests/log/sample.jsonl against the test driver: a row of
 # numbers per configuration, every allocation and free of the trace made in
 # each, the JSON output well-formed, and bad arguments refused.  On

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cupool-report on tests/log/sample.jsonl (device memory) and
 # tests/log/kinds.jsonl (device, pinned host and managed memory): the
 # summary's numbers match what an independent reading of the log (Python's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Core of the simulated CUDA driver: the global state and its lock, the handle
  * registry, environment switches, cuInit, error names, devices, and contexts
