@@ -123,4 +123,18 @@ grep -qx 'cupool: warning: ignoring CUPOOL_FREE="banana": expected auto|ordered|
 # -v prints the effective options at once, even for a program without CUDA.
 "$launcher" -v -p split true 2>"$tmp/err" || fail "cupool -v true failed"
 grep -q '^cupool: CUPOOL_POLICY  *= split  *(environment)' "$tmp/err" || { cat "$tmp/err"; fail "-v printed no options"; }
+# The demo (make demo) through the launcher: on the simulated driver, as
+# cupool's statistics tell, every figure it prints says so, and cupool
+# gives no estimate of GPU calls beside a simulated time; on a GPU none does.
+env -u LD_LIBRARY_PATH CUPOOL_BUILDDIR="$builddir" sh "${CUPOOL_SRCDIR:-$builddir}/demo/run-demo.sh" >"$tmp/demo" 2>&1 ||
+    { cat "$tmp/demo"; fail "the demo failed"; }
+figures=$(grep -E 'us per iteration|x (faster|slower)|time in cupool' "$tmp/demo")
+[ "$(printf '%s\n' "$figures" | grep -c .)" = 4 ] || { cat "$tmp/demo"; fail "expected four lines of figures from the demo"; }
+if grep -q '^cupool: statistics for pid [0-9]* .* on the simulated driver' "$tmp/demo"; then
+    printf '%s\n' "$figures" | grep -v -e '(simulated driver)$' -e 'time in cupool .*, simulated ' &&
+        { cat "$tmp/demo"; fail "a figure of the simulated driver does not say so"; }
+    grep -q 'would have cost' "$tmp/demo" && { cat "$tmp/demo"; fail "a GPU estimate beside simulated times"; }
+else
+    grep -q 'simulated' "$tmp/demo" && { cat "$tmp/demo"; fail "the demo on a GPU speaks of the simulator"; }
+fi
 echo "test_launcher: ok"
