@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * alloc_bench: the cost of one device allocation + free pair, by size and
  * thread count.  Mode `api` issues cuMemAlloc/cuMemFree: the real driver when

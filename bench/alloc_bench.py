@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs bench/alloc_bench in every configuration side by side and compares:
 
   native            cuMemAlloc + cuMemFree on the real driver

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the C benchmarks share: the clock, driver error names, a check that
  * ends the benchmark at a failed driver call (BENCH_NAME names it), and

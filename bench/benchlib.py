@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers of cupool's benchmark drivers (bench/*.py).
 
 Every driver runs each configuration in its own process (allocator settings

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Capacity parity: on a card whose free memory is held down to just above
 what PyTorch's caching allocator needs for the CNN of the parity suite
 (bench/parity_bench.py, workload cnn), the largest batch that trains under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the CUDA runtime programs share (bench/loop.cu,
  * tests/gpu/host_loop.cu): which cudart they were built against
  * (-DCUDART_KIND='"static"' or '"shared"') and a check that names the

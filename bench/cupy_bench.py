@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """CuPy under cupool against CuPy's own memory pool.
 
 Workload: many temporaries - elementwise chains, reductions and matmuls over

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * host_bench: what pinned host and managed allocations cost a program, run
  * plainly ("native", the driver's calls) or under cupool, which keeps freed

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs bench/host_bench natively and under cupool, interleaved, and compares:
 
   pairs     allocation + free pairs of pinned host memory (cuMemHostAlloc

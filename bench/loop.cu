@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // loop.cu: a CUDA runtime program that allocates and frees on every
 // iteration, around kernels on two non-blocking streams, and checks every
 // result on the device.  Built twice by scripts/bench-gpu.sh:

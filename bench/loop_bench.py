@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs the loop.cu binaries (cudart static and shared) natively and under
 cupool, and proves that cupool sees their cudaMalloc calls.
 

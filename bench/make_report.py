@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes docs/BENCHMARKS.md (Markdown on stdout) from a results directory
 made by scripts/bench-gpu.sh:
 

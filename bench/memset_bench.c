@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * memset_bench: what a graph memset node costs natively against the kernel
  * node cupool puts in its place (src/shims/graph.c), side by side in one run, by

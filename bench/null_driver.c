@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A CUDA driver that does nothing, for measuring cupool's own cost per
  * allocation + free pair without a GPU (scripts/overhead.sh).  Built as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * overhead: cupool's own time per cuMemAlloc + cuMemFree pair, against the
  * null driver (bench/null_driver.c; run by scripts/overhead.sh).  Rounds of

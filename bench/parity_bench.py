@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Memory parity: cupool's whole-process peak device memory and step time
 against the frameworks' own allocators, on four workloads that churn device
 memory the way real programs do.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Draws the pictures of a results directory (PNG and SVG in RESULTS/img/):
 
   alloc.png   time per cuMemAlloc + cuMemFree pair by size, native / bare / cupool

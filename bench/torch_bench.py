@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch under cupool against PyTorch's own allocators.
 
 Workloads (each in its own process per configuration):

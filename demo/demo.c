@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool's demo: a CUDA program written the slow way, allocating and freeing
  * device memory on every iteration around its work (a memset, a copy back

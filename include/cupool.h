@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool's public header.  cupool is used without it: preload libcupool.so
  * (or run `cupool PROGRAM`) and the program's cuMemAlloc/cuMemFree, and all

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # scripts/bench-gpu.sh [RESULTS_DIR]: on a GPU machine, build cupool (out of
 # tree, in $CUPOOL_BUILD, default build-gpu/) if needed and run every
 # benchmark: the allocation pair (bench/alloc_bench.py), pinned host and

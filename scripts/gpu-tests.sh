@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # scripts/gpu-tests.sh [OUTPUT_DIR]: cupool's tests on a real GPU.
 #   1. builds cupool out of tree ($CUPOOL_BUILD, default build-gpu/) if needed
 #   2. make check CUPOOL_TEST_DRIVER=real (the test programs on the real driver)

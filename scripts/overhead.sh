@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # scripts/overhead.sh [LIBCUPOOL.so ...]: cupool's own cost per cuMemAlloc +
 # cuMemFree pair, without a GPU: the pair through cupool against the bare
 # pool calls, both on a null driver (bench/null_driver.c, bench/overhead.c).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # scripts/sanitize.sh [address|thread ...]: cupool, the simulated driver,
 # its commands and the test programs built with a compiler sanitizer, out of
 # tree, and every C test program of the suite, with the tests of the

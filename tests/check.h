@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Assertions for cupool's test programs, in the manner of libuv's ASSERT_EQ:
  * each prints both values and where it failed, then exits 1.  Tests exit 0

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helper library of test_ctor: makes CUDA calls from its constructor, before
  * the program's main runs (the case of libfaketime's snippet tests), and

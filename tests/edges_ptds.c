@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_edges' per-thread-default-stream case, compiled with
  * CUDA_API_PER_THREAD_DEFAULT_STREAM so stream 0 means the per-thread stream
  * and the capture calls are the _ptsz entry points. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the parts of test_host_managed share: the simulator's counts of the
  * driver's own pinned and managed allocations, the blocks the cases

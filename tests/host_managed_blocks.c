@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The helpers of test_host_managed (host_managed.h): the simulator's hooks,
  * found with dlsym so that the program also runs on the real driver, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The two comparisons of test_host_managed with a run without cupool: every
  * answer the driver gives about pinned and managed blocks (fresh, served

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cases of test_host_managed about the ways programs reach the kept
  * store: threads at once, cuGetProcAddress and dlsym, and what the log and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cases of test_host_managed about what the kept store keeps: reuse by
  * call, flags, size and kind, oldest first; fences (pending, and the race

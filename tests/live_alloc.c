@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A program for tests/test_live.sh to watch: it allocates and frees in a loop
  * on device 0 (a few thousand calls a second, three 1 MiB blocks held all

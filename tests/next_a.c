@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helper library A of test_rtld_next: next_probe() is 1, and lookup_next()
  * asks dlsym(RTLD_NEXT) for the next definition after this library. */
 #define _GNU_SOURCE

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs every C test program of the suite again, in parallel, through
 # tests/run-test.sh with extra environment settings, and says for each
 # whether it passed: tests/test_memcheck.sh (under valgrind) and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # LOG_COMPILER of the test suite: runs one test program with libcupool.so
 # preloaded, against the simulated driver (tests/sim) or, with
 # CUPOOL_TEST_DRIVER=real, against the system's libcuda.so.1.

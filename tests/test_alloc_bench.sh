@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/alloc_bench -p (cupool and the bare pool calls of its free mode timed
 # in one process): the cuMemAlloc/cuMemFree rounds reach cupool, and the
 # bare rounds reach the driver alone.  cupool's dlsym override once handed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves bad input gets exactly the driver's own answer through cupool (the
  * libeatmydata rule: keep each function's contract, errors included).  A

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/benchlib.py's ratios of the framework benchmarks (PyTorch, CuPy)
 # against their reference configuration, with interleaved rounds: the time
 # ratio compares the lowest round of each over the rounds both ran (a stage

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves a program that captures a graph in CU_STREAM_CAPTURE_MODE_GLOBAL on
  * a blocking stream, while another thread allocates and frees, gets no

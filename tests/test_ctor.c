@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves cupool works when CUDA is first called from another library's
  * constructor, before main: libtest_ctor's constructor runs cuInit,

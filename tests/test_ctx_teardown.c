@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves context teardown with live pooled blocks leaves cupool consistent:
  * cuCtxDestroy, cuDevicePrimaryCtxReset and a cuDevicePrimaryCtxRelease that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves deferred mode bounds the memory waiting to return to the pools: a
  * program that frees while its GPU work lags behind (on the simulator: every

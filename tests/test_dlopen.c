@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves cupool works when a program dlopen()s libcupool.so after it has
  * started instead of preloading it: its thread-locals are initial-exec (no

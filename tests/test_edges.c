@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Edge cases found in review, each once a way for cupool to hand a block out
  * twice or lose track of a capture:

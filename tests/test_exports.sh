@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Proves libcupool.so exports exactly what it means to: every entry point of
 # src/base/symbols.h's CUPOOL_HANDLED list, the public API (cupool_version,
 # cupool_get_stats) and dlsym at GLIBC_2.2.5 and (default) GLIBC_2.34; nothing

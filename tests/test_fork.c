@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves fork() after cupool started leaves the child able to call into
  * cupool without deadlock or crash: threads allocate and free (one of them on

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Every C test program of the suite again with each free mode that is
 # correct for any program forced (CUPOOL_FREE=deferred, then sync).  On the
 # simulated driver its race checker (tests/sim/sim_race.c) stops a program

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/host_bench's staging and managed programs, natively and under cupool:
 # every run computes the same checksum of what the host read back and finds
 # no wrong word (the simulated driver's race checker also sees the host's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves pinned host memory (cuMemAllocHost, cuMemHostAlloc, freed by
  * cuMemFreeHost) and managed memory (cuMemAllocManaged, freed by cuMemFree)

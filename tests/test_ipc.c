@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Legacy IPC between processes on pooled memory.  Each case runs in a
  * process of its own under cupool (the exporter) and starts importers:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves cupool does not fall into the trap of a naive redirect of cuMemFree
  * to cuMemFreeAsync.  A kernel spins for ~50 ms and then writes a pattern

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Live statistics: tests/live_alloc runs under cupool (CUPOOL_STATS=1)
 # while cupool top --once --json and cupool stat read its page: the values
 # move between two reads, and once it has stopped allocating they match what

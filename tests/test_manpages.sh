@@ -1,10 +1,13 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The man pages cannot drift from the programs they describe: every option
 # the launcher's and the tools' usage prints is a tagged entry of its page,
 # every CUPOOL_* variable of the option table (the CUPOOL_OPTIONS X-macro,
 # found by grep wherever it lives under src/) is a tagged entry of cupool(7)
-# and no entry there names a variable the table lacks, and each page renders
-# without a warning from groff (and mandoc's linter, where installed).
+# and no entry there names a variable the table lacks, the README, the
+# launcher's usage and both pages name the same programs served, and each
+# page renders without a warning from groff (and mandoc's linter, where
+# installed).
 set -u
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
 srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -71,6 +74,56 @@ for v in $(tags "$mandir/cupool.7" | grep -oE '^CUPOOL_[A-Z0-9_]+$'); do
     printf '%s\n' "$variables" | grep -qx "$v" || fail "cupool.7 has an entry for $v, which the option table lacks"
 done
 echo "test_manpages: $count CUPOOL_* variables in $(basename "$table"), $missing of them missing from cupool.7"
+
+# Which programs cupool serves: the README's table of programs (a "served"
+# column of yes or no) is the reference.  The frameworks named in the
+# README's opening, in `cupool --help` and in the DESCRIPTION of cupool(1)
+# and cupool(7) are exactly those it serves; any framework either page or
+# the usage names at all has a row in the README's table.
+frameworks='PyTorch CuPy JAX TensorFlow'
+readme=$srcdir/README.md
+# Rows "| NAME | yes|no | ..." of the table whose header has a "served" column.
+table=$(awk -F'|' '/^\| *program *\| *served *\|/ { on = 1; next } on && !/^\|/ { exit }
+    on && $3 ~ /^ *(yes|no) *$/ { gsub(/ /, "", $3); print $3 ":" $2 }' "$readme")
+served='' listed=''
+for f in $frameworks; do
+    row=$(printf '%s\n' "$table" | grep -- "$f" | head -n 1)
+    [ -n "$row" ] || continue
+    listed="$listed $f"
+    case $row in yes:*) served="$served $f" ;; esac
+done
+[ -n "$served" ] || fail "no framework served in README.md's table of programs (| program | served | ...)"
+named() { # TEXT: the frameworks it names, in the order of $frameworks
+    for f in $frameworks; do printf '%s\n' "$1" | grep -q -- "$f" && printf ' %s' "$f"; done
+}
+section() { # PAGE NAME: the text of a man page's section
+    awk -v name="$2" '/^\.SH/ { on = ($0 == ".SH " name) ; next } on' "$1"
+}
+agree() { # WHERE TEXT
+    got=$(named "$2")
+    [ "$got" = "$served" ] || fail "$1 names as served:${got:- nothing}; README.md's table serves:$served"
+}
+agree "README.md's opening" "$(awk '/^## / { exit } { print }' "$readme")"
+agree "cupool --help" "$(sh "$builddir/scripts/cupool" --help)"
+agree "cupool.1 DESCRIPTION" "$(section "$mandir/cupool.1" DESCRIPTION)"
+agree "cupool.7 DESCRIPTION" "$(section "$mandir/cupool.7" DESCRIPTION)"
+for where in cupool.1 cupool.7 help; do
+    case $where in help) text=$(sh "$builddir/scripts/cupool" --help) ;; *) text=$(cat "$mandir/$where") ;; esac
+    for f in $(named "$text"); do
+        case " $listed " in *" $f "*) ;; *) fail "$where names $f, which README.md's table of programs lacks" ;; esac
+    done
+done
+echo "test_manpages: README.md's table of programs serves:$served (of$listed)"
+
+# The README is for someone deciding whether and how to use cupool: under
+# 250 lines; and its test command is the one CI (.ci/run) runs.
+lines=$(wc -l <"$readme")
+[ "$lines" -lt 250 ] || fail "README.md has $lines lines (under 250 wanted: measurements go to docs/BENCHMARKS.md)"
+ci=$(sed -n 's/^(\(autoreconf.* check\)) || status=.*/\1/p' "$srcdir/.ci/run")
+[ -n "$ci" ] || fail ".ci/run: no build-and-check command found"
+grep -qF "&& $ci" "$readme" ||
+    fail "README.md has no command ending in .ci/run's: $ci"
+echo "test_manpages: README.md has $lines lines; its test command is .ci/run's"
 
 # Rendering: groff's warnings (-ww) and mandoc's linter go to stderr.  All
 # of groff's warnings but "break" (a line it cannot adjust or break): the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Every C test program of the suite again, under valgrind's memcheck
 # (tests/run-test.sh with CUPOOL_TEST_VALGRIND=1): each program and every
 # copy of itself it starts for a mode, a fork or a native comparison.  An

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves data stays correct in every free mode (ordered, deferred, sync,
  * auto), each in its own process: allocate, fill (cuMemsetD32Async and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves memory the pools keep is never memory the program loses.  After
  * churning many small pooled blocks (freed, but kept reserved by the pools),

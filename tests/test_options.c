@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves every CUPOOL_* option is read the way DESIGN.md promises: each good
  * value is taken silently and reported as the effective value by

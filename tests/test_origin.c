@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * White-box test of the pointer-origin table (src/engine/origin.c, compiled into
  * this program; no driver is involved): a record is found while its block

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # scripts/overhead.sh runs against the null driver, and cupool serves its
 # pairs from the pool there (bench/overhead.c checks cupool's statistics):
 # the tool that measures cupool's own cost a pair keeps measuring it.  No

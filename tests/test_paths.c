@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves every way real programs reach the driver's allocator ends in
  * cupool's shims, each path shown by cupool's own statistics (pooled_allocs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves three things cupool does to keep a program's view of the device
  * right: (1) on a device without memory pools (the simulator's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves a program built with per-thread default streams
  * (-DCUDA_API_PER_THREAD_DEFAULT_STREAM, so cuda.h maps cuMemsetD32 to

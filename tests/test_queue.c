@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The driver queue (src/engine/queue.c): threads allocating and freeing at once in
  * `ordered` have their pool calls made by the thread in front of the queue.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves cupool keeps random correct programs correct in every free mode:
  * each program, generated from a seed, is a sequence of driver calls that is

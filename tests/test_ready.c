@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves the ready store of `deferred` mode with CUPOOL_DEFERRED_ORDER=host
  * (src/engine/ready_store.c), and of `ordered`: a freed block

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves cupool's dlsym override keeps RTLD_NEXT semantics: library A's
  * dlsym(RTLD_NEXT, "next_probe") must find library B's definition (the next

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves the simulator's race checker (tests/sim/sim_race.c) finds what
  * CUDA's stream order leaves unordered and nothing else, so that a test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Smoke test: a linked program's cuMemAlloc/cuMemFree go through cupool's
  * pools, and cupool_get_stats counts them wherever a thread is: still
  * running (its fast paths count in its own line), moved to another device,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves cupool stays correct under many threads: 16 threads allocate random
  * sizes from 1 byte to 64 MiB (4 MiB on the simulator, where device memory

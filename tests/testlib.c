@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers shared by the core test programs (testlib.h).  Everything here
  * fails the test with a message rather than returning errors: a helper that

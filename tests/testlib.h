@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers shared by the core test programs: driver and context set-up,
  * cupool's statistics looked up the way a program would (dlsym), running

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the two cuCtxGetCurrent calls of a cupool pair cost (one finds the
  * allocating context, one checks that the freeing thread has the block's
  * context current).  Without cupool: a pool made like cupool's, and in

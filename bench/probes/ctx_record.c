@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Could cuCtxRecordEvent (CUDA 12.5+: one event that captures all the work
  * of a context at the time of the call) replace the fan-in of `deferred`'s
  * fences (src/engine/deferred_fence.c: an event recorded on the legacy stream and on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared by the driver-API probes (sanitizer_fill_kernel.c,
  * sanitizer_memset_graph.c, sanitizer_threads.c, ctx_query.c,
  * ctx_record.c, host_neighbours.c): a check that prints the failing call and stops,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* host_managed.cu: what pinned host and managed memory cost natively, and
  * whether this driver's host and managed memory pools behave as the memory
  * the program asked for.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What a pinned or managed block reports depending on the blocks beside it,
  * natively (no cupool): the driver places small pinned and managed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ipc.cu: what sharing memory between processes does on this driver, for
  * cupool's transparent IPC.
  *

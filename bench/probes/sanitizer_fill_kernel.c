@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Does compute-sanitizer's memcheck accept cupool's fill kernel (a
  * cuModuleLoadData PTX kernel) writing a stream-ordered allocation?  No
  * cupool: the driver API alone, the shape of test_memset_api's first node

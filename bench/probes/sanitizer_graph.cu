@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Does compute-sanitizer's stream-ordered checker order a graph's kernel node
 // behind a stream-ordered allocation the host has synchronized?  No cupool.
 #include <cuda_runtime.h>

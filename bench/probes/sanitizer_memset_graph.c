@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_memset_api's first graph, rebuilt without cupool: the kernel nodes
  * cupool puts in place of its memset nodes (cupool's fill PTX, the launch
  * shapes of src/shims/graph.h), on a 1 MiB block of a pool made like cupool's,

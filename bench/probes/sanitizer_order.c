@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Which orderings does compute-sanitizer's stream-ordered race checker see?
  * No cupool here: plain stream-ordered allocations (cuMemAllocFromPoolAsync

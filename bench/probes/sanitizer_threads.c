@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_ptds, test_fork and test_log draw 0 to a few compute-sanitizer reports
  * from run to run ("Use-before-alloc", "Free-before-alloc"), only with
  * several threads allocating and freeing at once.  This probe makes their

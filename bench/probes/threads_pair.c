@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Where cupool's extra time goes at 4 and 16 threads (docs/BENCHMARKS.md:
  * cupool / its bare pool calls 1.06-1.10 at one thread, up to 1.24 at 16).
  * Each thread runs its own loop of the bare `ordered` pair

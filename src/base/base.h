@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The base layer, the bottom of cupool: what every other part uses and
  * which itself uses nothing above it.  The real driver pointers generated

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuda.h as the driver itself sees it.  With __CUDA_API_VERSION_INTERNAL every
  * versioned entry point (cuMemAlloc and cuMemAlloc_v2, cuMemFreeAsync and

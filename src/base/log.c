@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The call log (CUPOOL_LOG): one JSON object per line per intercepted call,
  * so `jq` and the report tool read it directly.  Each thread copies its calls

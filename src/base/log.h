@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The call bracket every shim uses (cupool_call_t, CUPOOL_SHIM_BEGIN,
  * cupool_call_end) and the call log (log.c) that a timed call is written

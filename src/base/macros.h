@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bottom of the base layer: config.h, cuda.h as the driver sees it
  * (cuda_api.h) and the attributes and macros every file of cupool uses

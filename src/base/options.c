@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUPOOL_* environment options: one table (options.h's CUPOOL_OPTIONS),
  * each value read and validated once, on first use.  A bad value keeps the
@@ -155,6 +156,11 @@ static const char *expected(const option_row_t *row)
     }
 }
 
+/* The launcher's check (cupool_options_refuse): the rows whose bad value
+ * is refused rather than warned about, and how many were refused. */
+static unsigned char refuse[CUPOOL_OPT_COUNT];
+static int refused;
+
 static void parse_all(void)
 {
     /* Nsight tools name their library in CUDA_INJECTION64_PATH;
@@ -174,8 +180,12 @@ static void parse_all(void)
         if (!text) continue;
         uint64_t value;
         if (parse_value(row, text, &value) != 0) {
-            cupool_message(CUPOOL_MSG_WARN, "ignoring %s=\"%s\": expected %s; using the default %s", row->env, text,
-                           expected(row), row->fallback);
+            if (refuse[i]) {
+                refused++;
+                cupool_message(CUPOOL_MSG_ERROR, "%s=\"%s\": expected %s", row->env, text, expected(row));
+            } else
+                cupool_message(CUPOOL_MSG_WARN, "ignoring %s=\"%s\": expected %s; using the default %s", row->env,
+                               text, expected(row), row->fallback);
             continue;
         }
         cupool_option_values[i] = value;
@@ -185,6 +195,11 @@ static void parse_all(void)
     /* A pool that may hold more than the largest size it serves is fine; a
      * minimum above the maximum pools nothing, which is surely a mistake. */
     if (cupool_option_values[CUPOOL_OPT_MIN_SIZE] > cupool_option_values[CUPOOL_OPT_MAX_SIZE]) {
+        if (refuse[CUPOOL_OPT_MIN_SIZE] || refuse[CUPOOL_OPT_MAX_SIZE]) {
+            refused++;
+            cupool_message(CUPOOL_MSG_ERROR, "CUPOOL_MIN_SIZE is above CUPOOL_MAX_SIZE");
+            return;
+        }
         cupool_message(CUPOOL_MSG_WARN, "CUPOOL_MIN_SIZE is above CUPOOL_MAX_SIZE; using the defaults of both");
         for (int id = CUPOOL_OPT_MIN_SIZE; id <= CUPOOL_OPT_MAX_SIZE; id++)
             parse_value(&rows[id], rows[id].fallback, &cupool_option_values[id]);
@@ -215,6 +230,19 @@ const char *cupool_option_string(enum cupool_option id)
 {
     pthread_once(&parse_once, parse_once_and_publish);
     return strings[id];
+}
+
+int cupool_options_refuse(const char *env)
+{
+    for (int i = 0; i < CUPOOL_OPT_COUNT; i++)
+        if (strcmp(rows[i].env, env) == 0) return refuse[i] = 1, 0;
+    return -1;
+}
+
+int cupool_options_refused(void)
+{
+    pthread_once(&parse_once, parse_once_and_publish);
+    return refused;
 }
 
 void cupool_options_print(void)

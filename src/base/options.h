@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUPOOL_* options (options.c): one X-macro table of every option,
  * its values, and the inline read of a parsed value; and cupool's one
@@ -102,6 +103,12 @@ int cupool_parse_size(const char *text, uint64_t *out);
  * CUPOOL_SHARE_FLAG | hundredths of a percent); 0 on success. */
 int cupool_parse_held(const char *text, uint64_t *out);
 void cupool_options_print(void);
+/* The launcher's check, before any parse (src/tools/options_check.c): a bad
+ * value of variable `env` is refused, an error rather than the library's
+ * warning that keeps the default; -1 when the table has no such variable.
+ * cupool_options_refused() parses and says how many values it refused. */
+int cupool_options_refuse(const char *env);
+int cupool_options_refused(void);
 /* Whether a CUDA tool (compute-sanitizer, Nsight) is attached to the
  * process, as the variables the tools set in it say. */
 int cupool_cuda_tool_attached(void);

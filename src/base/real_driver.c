@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The real driver: libcuda.so.1 loaded once, and a typed pointer to every
  * entry point cupool handles or calls (real_<name>), generated from the one
@@ -86,6 +87,13 @@ static void *resolve_real(void *handle, const char *name)
     return is_ours(fn) ? NULL : fn;
 }
 
+static int driver_simulated;
+
+int cupool_driver_simulated(void)
+{
+    return driver_simulated;
+}
+
 static void load_driver(void)
 {
     Dl_info self;
@@ -101,6 +109,8 @@ static void load_driver(void)
         return;
     }
     for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(reals); i++) *reals[i].real = resolve_real(driver, reals[i].name);
+    /* The test suite's simulated driver (tests/sim) marks itself. */
+    driver_simulated = cupool_real_dlsym()(driver, "simcuda_simulated_driver") != NULL;
     cupool_hot.ctx_get_current = real_cuCtxGetCurrent;
     cupool_hot.alloc_from_pool = real_cuMemAllocFromPoolAsync;
     cupool_hot.free_async = real_cuMemFreeAsync;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The real driver (real_driver.c): the typed real_<name> pointers and the
  * symbol enum generated from symbols.h, the loading of libcuda, the spin
@@ -160,6 +161,9 @@ static inline void cupool_legacy_leave(void)
 /* Loads libcuda.so.1 and every real_* pointer once; false if the driver is
  * missing.  cupool_driver_ready is its inline fast path: every shim asks. */
 int cupool_driver_load(void);
+/* True when the driver loaded is the test suite's simulated one: its times
+ * are not GPU times, and what cupool prints of them says so. */
+int cupool_driver_simulated(void);
 static inline int cupool_driver_ready(void)
 {
     return CUPOOL_LIKELY(atomic_load_explicit(&cupool_hot.driver_loaded, memory_order_acquire)) || cupool_driver_load();

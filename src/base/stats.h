@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Statistics counters (stats.c): the rare counters per device, the hot
  * ones per thread, and the fast paths' counts kept in the thread's line.

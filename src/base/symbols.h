@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The one list of driver entry points cupool touches.  CUPOOL_HANDLED rows are
  * the entry points cupool intercepts: each generates a typed pointer to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The stream captures in progress, as the engine counts them
  * (cupool_hot.captures): during one, neither the legacy stream nor a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `deferred`'s fences and batches: a free in `deferred` sets a fence after
  * the work of every stream that could still use its block, without making

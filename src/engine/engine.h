@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine, as the shims see it: the middle layer, between the shims
  * (shims/) above and the base (base/) below.  It keeps the origin table

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * How a free is carried out in each free mode (engine.h): `sync` hands the
  * block straight back to its pool, and so does `ordered` unless it keeps the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The free store, private to the engine's free files: the records of freed
  * blocks not yet back in their pools (a block, the ready blocks of one size,

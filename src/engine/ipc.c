@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Legacy CUDA IPC on pooled memory (CUPOOL_IPC, ipc.h).  The driver
  * refuses cuIpcGetMemHandle on pool memory, so cupool answers it itself for

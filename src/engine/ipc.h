@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Legacy CUDA IPC on the blocks of exportable pools (ipc.c, CUPOOL_IPC), as
  * the shims see it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The kept store (kept_store.h): pinned host and managed blocks the driver
  * allocated for the program, tracked while in use and kept, once freed, for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The kept store (kept_store.c): pinned host memory (cuMemAllocHost,
  * cuMemHostAlloc) and managed memory (cuMemAllocManaged) kept for reuse.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The live statistics page (live.h): while the program runs, one thread of
  * cupool's writes what cupool's counters say about each device (allocations,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The live statistics page: what a process under cupool publishes about
  * itself (live.c) and what cupool-top and cupool stat read (src/tools/).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `ordered`'s keep and reuse: a block freed in `ordered` goes into the
  * context's ready store (ready_store.c) instead of back to its pool, and the

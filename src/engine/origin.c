@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pointer-origin table (origin.h), sharded so that threads allocating
  * and freeing at once rarely meet on a lock: the pointer picks one of 64

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pointer-origin table: for every block cupool allocated from a pool, the
  * context and pool it came from, its size and the free mode in force when it

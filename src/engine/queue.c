@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The driver queue: a context's `ordered` pool calls, one thread at a time,
  * the thread in front making the calls of the threads waiting behind it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The ready store of a context, shared by `ordered` and `deferred`: freed
  * blocks whose users are done (or, kept by `ordered`, ordered after them),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The registry of devices, pools, contexts and their free modes (state.h).  The free mode of a
  * context decides how a free is ordered against work that may still use the

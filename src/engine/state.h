@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's own state, private to engine/: cupool's state per device (its
  * pools, its contexts, the bytes it serves) and per context (the free mode

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Context and peer-access shims.  A second context on a device, or peer
  * access, lets memory be touched by work outside the context that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fill kernels cupool puts in place of graph memset nodes (graph.c).  The
  * library ships them as PTX text (src/fill_ptx.h, made from this file by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Graph memset nodes (DESIGN.md, "Graph memsets").  CUDA 12.0/12.1 refused
  * cuGraphAddMemsetNode on stream-ordered memory made outside the graph, which

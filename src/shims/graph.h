@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Launch shape of cupool's fill kernels (src/fill_kernel.cu), shared by the
  * memset rewrite (graph.c) and bench/memset_bench.c so that the benchmark

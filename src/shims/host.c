@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The pinned host and managed memory shims: cuMemAllocHost, cuMemHostAlloc,
  * cuMemFreeHost and cuMemAllocManaged (whose cuMemFree comes through

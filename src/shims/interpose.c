@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Interposition and start-up: how every path a program can take to a driver
  * entry point reaches cupool's shim, and cupool's start once the program's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Legacy IPC shims: cuIpcGetMemHandle, cuIpcOpenMemHandle and
  * cuIpcCloseMemHandle.  A block of cupool's exportable pools gets a handle

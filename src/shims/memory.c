@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The allocation shims: cuMemAlloc, cuMemAllocPitch and cuMemFree served
  * from the device's pools in the free mode of the calling context

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stream and capture shims.  cupool needs to know of every non-blocking
  * stream (deferred frees wait for them, and the first one moves an `auto`

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The call-log line reader declared in jsonl.h: a recursive-descent check of
  * one JSON value (RFC 8259 grammar, nesting limited to 64 levels) that keeps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A small reader for cupool's call log: one flat JSON object per line.  The
  * tools (cupool-report, cupool-replay) and the log tests need only the

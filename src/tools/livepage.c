@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reading live statistics pages (livepage.h).  A page is trusted only when
  * the opened file itself (fstat, not its name) is a regular file of the

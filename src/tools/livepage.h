@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reading the live statistics pages of the processes under cupool (the
  * format: src/engine/live.h) for cupool-top: finding the user's pages, copying each

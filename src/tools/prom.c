@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `cupool top --prometheus PORT`: the live statistics pages in Prometheus's
  * text exposition format (version 0.0.4) at http://127.0.0.1:PORT/metrics.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool-replay: measures one call log's allocation trace natively and under
  * cupool's configurations.  The trace is every successful allocation of the
@@ -25,6 +26,7 @@
 #include "config.h"
 #endif
 
+#include "cli.h"
 #include "trace.h"
 
 #include <cuda.h>
@@ -162,9 +164,11 @@ static void add_op(replay_thread_t *th, op_t op)
 }
 
 /* Reads the log and builds the per-thread operation lists; -1 on error. */
-static int load_trace(const char *path)
+static int load_trace(const char *path, int quiet)
 {
     trace_t t = {0};
+    /* The parent has named the malformed lines: its children read quietly. */
+    t.quiet = quiet;
     if (trace_read(&t, path, PROG) != 0) return -1;
     trace_sort(&t);
     live_t *live = NULL, *l, *tmp;
@@ -424,7 +428,7 @@ static int run_child(const char *config, const char *path)
         fprintf(stderr, PROG ": native: libcupool.so is loaded although it should not be\n");
         return 3;
     }
-    if (load_trace(path) != 0 || load_driver() != 0) return 1;
+    if (load_trace(path, 1) != 0 || load_driver() != 0) return 1;
     for (int d = 0; d < device_count && d < trace_devices; d++) {
         if (use_device(d) != 0) return 1;
         baseline_used[d] = used_now();
@@ -486,11 +490,25 @@ static int run_child(const char *config, const char *path)
 
 /* ---- the parent: one child per configuration and run -------------------- */
 
+/* --library, else CUPOOL_LIBRARY, else the build tree's library when this
+ * program runs from its build tree (libcupool.la beside it), else the
+ * installed one. */
 static const char *library_path(const char *option)
 {
     if (option) return option;
     const char *env = getenv("CUPOOL_LIBRARY");
-    return env && *env ? env : CUPOOL_LIBDIR "/libcupool.so";
+    if (env && *env) return env;
+    static char tree[4096];
+    ssize_t n = readlink("/proc/self/exe", tree, sizeof tree - 32);
+    char *slash = n > 0 ? memrchr(tree, '/', (size_t)n) : NULL;
+    if (slash) {
+        strcpy(slash + 1, "libcupool.la");
+        if (access(tree, F_OK) == 0) {
+            strcpy(slash + 1, ".libs/libcupool.so");
+            if (access(tree, R_OK) == 0) return tree;
+        }
+    }
+    return CUPOOL_LIBDIR "/libcupool.so";
 }
 
 /* The environment of a child: the caller's, without cupool's own settings
@@ -650,10 +668,12 @@ static void usage(FILE *f)
             "                    dedicated/auto, default/auto, split/auto (policy:free also accepted)\n"
             "  --gap-scale F     keep the logged gaps between calls, times F (default 0: no gaps)\n"
             "  --no-sample       do not call cuMemGetInfo after each allocation (no peak used)\n"
-            "  --library PATH    libcupool.so to preload (default $CUPOOL_LIBRARY, else\n"
-            "                    " CUPOOL_LIBDIR "/libcupool.so)\n"
+            "  --library PATH    libcupool.so to preload (default $CUPOOL_LIBRARY, else the build\n"
+            "                    tree's when run from it, else " CUPOOL_LIBDIR "/libcupool.so)\n"
             "  --json            machine-readable output\n"
             "  -h, --help        this help\n"
+            "  -V, --version     print the version\n"
+            "Every option with a value takes it as --opt VALUE or --opt=VALUE.\n"
             "Other CUPOOL_* variables of the environment (CUPOOL_MAX_SIZE, CUPOOL_LIMIT...) apply to the\n"
             "cupool configurations; CUPOOL_LOG is not passed on.\n"
             "Columns: wall ms = time from the first call to the last thread's end (medians; it\n"
@@ -671,48 +691,58 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    static const struct option longs[] = {
+        {"configs", required_argument, NULL, 'c'}, {"library", required_argument, NULL, 'L'},
+        {"gap-scale", required_argument, NULL, 'g'}, {"no-sample", no_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'j'},          {"child", required_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
     int repeat = 1, json = 0;
     const char *configs_arg = NULL, *library_arg = NULL, *path = NULL, *child = NULL;
     char *child_args[8];
     int nchild_args = 0;
     static char gap_buf[64];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (strcmp(a, "-n") == 0 && more) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > MAX_REPEAT) {
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":n:hV", longs, NULL)) != -1;) {
+        char *end;
+        switch (c) {
+        case 'n': {
+            long n = strtol(optarg, &end, 10);
+            if (*end || end == optarg || n < 1 || n > MAX_REPEAT) {
                 fprintf(stderr, PROG ": -n wants a number from 1 to %d\n", MAX_REPEAT);
                 return 2;
             }
             repeat = (int)n;
-        } else if (strcmp(a, "--configs") == 0 && more) configs_arg = argv[++i];
-        else if (strcmp(a, "--library") == 0 && more) library_arg = argv[++i];
-        else if (strcmp(a, "--gap-scale") == 0 && more) {
-            char *end;
-            gap_scale = strtod(argv[++i], &end);
-            if (*end || !(gap_scale >= 0) || gap_scale > 1e6) {
+            break;
+        }
+        case 'c': configs_arg = optarg; break;
+        case 'L': library_arg = optarg; break;
+        case 'g':
+            gap_scale = strtod(optarg, &end);
+            if (*end || end == optarg || !(gap_scale >= 0) || gap_scale > 1e6) {
                 fprintf(stderr, PROG ": --gap-scale wants a number >= 0\n");
                 return 2;
             }
             snprintf(gap_buf, sizeof gap_buf, "%.17g", gap_scale);
             child_args[nchild_args++] = "--gap-scale";
             child_args[nchild_args++] = gap_buf;
-        } else if (strcmp(a, "--no-sample") == 0) {
+            break;
+        case 'S':
             sample_memory = 0;
             child_args[nchild_args++] = "--no-sample";
-        } else if (strcmp(a, "--json") == 0) json = 1;
-        else if (strcmp(a, "--child") == 0 && more) child = argv[++i];
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(stdout), 0;
-        else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, PROG ": unknown option or missing value: %s\n", a);
-            return usage(stderr), 2;
-        } else if (!path) path = a;
-        else {
-            fprintf(stderr, PROG ": one log at a time\n");
-            return 2;
+            break;
+        case 'j': json = 1; break;
+        case 'C': child = optarg; break;
+        case 'h': return usage(stdout), 0;
+        case 'V': return printf(PROG " %s\n", PACKAGE_VERSION), 0;
+        default: return cli_refused(PROG, c, argv, longs), usage(stderr), 2;
         }
+    }
+    if (optind < argc) path = argv[optind++];
+    if (optind < argc) {
+        fprintf(stderr, PROG ": one log at a time\n");
+        return 2;
     }
     child_args[nchild_args] = NULL;
     if (!path) return usage(stderr), 2;
@@ -747,7 +777,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": cannot read %s (set CUPOOL_LIBRARY or use --library)\n", library);
         return 1;
     }
-    if (load_trace(path) != 0) return 1;
+    if (load_trace(path, 0) != 0) return 1;
     uint64_t any_allocs = 0;
     for (int m = 0; m < TRACE_MEM_KINDS; m++) any_allocs += trace_allocs[m];
     if (!any_allocs) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool-report: reads one or more cupool call logs (CUPOOL_LOG) and prints
  * what happened per device (calls, pooled and native allocations, bytes,
@@ -22,8 +23,10 @@
 #include "config.h"
 #endif
 
+#include "cli.h"
 #include "trace.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -519,7 +522,7 @@ static int write_picture(const char *path, char **logs, int nlogs, double span_n
                                      strcmp(path + strlen(path) - 4, ".htm") == 0);
     FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
     if (!f) {
-        perror(path);
+        fprintf(stderr, PROG ": cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
     int panels = 1, kind_panels = 0;
@@ -576,36 +579,44 @@ static void usage(FILE *f)
                "Summarizes cupool call logs (CUPOOL_LOG=path) per device and draws bytes in use and\n"
                "reserved over time, and the allocation sizes, as SVG (or HTML when FILE ends in .html).\n"
                "Pinned host and managed memory get a section and a panel of their own.\n"
-               "  -o FILE   picture to write (default cupool-report.svg; - = standard output)\n"
-               "  -q        no summary, only the picture\n"
-               "  -h        this help\n");
+               "  -o, --output FILE   picture to write (default cupool-report.svg; - = standard output)\n"
+               "  -q, --quiet         no summary, only the picture\n"
+               "  -h, --help          this help\n"
+               "  -V, --version       print the version\n"
+               "The first %d malformed lines of a log are named on standard error, then how many more.\n",
+            TRACE_SHOWN_REJECTS);
 }
 
 /* The command, its argument list in logs (room for argc): main frees it
  * whichever way this returns. */
 static int report(int argc, char **argv, char **logs)
 {
+    static const struct option longs[] = {
+        {"output", required_argument, NULL, 'o'}, {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
     const char *out = "cupool-report.svg";
     int quiet = 0, nlogs = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
-        else if (strncmp(argv[i], "-o", 2) == 0 && argv[i][2]) out = argv[i] + 2;
-        else if (strcmp(argv[i], "-q") == 0) quiet = 1;
-        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return usage(stdout), 0;
-        else if (strcmp(argv[i], "--") == 0) {
-            while (++i < argc) logs[nlogs++] = argv[i];
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, PROG ": unknown option %s\n", argv[i]);
-            return usage(stderr), 2;
-        } else logs[nlogs++] = argv[i];
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":o:qhV", longs, NULL)) != -1;) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case 'q': quiet = 1; break;
+        case 'h': return usage(stdout), 0;
+        case 'V': return printf(PROG " %s\n", PACKAGE_VERSION), 0;
+        default: return cli_refused(PROG, c, argv, longs), usage(stderr), 2;
+        }
     }
+    while (optind < argc) logs[nlogs++] = argv[optind++];
     if (!nlogs) return usage(stderr), 2;
 
     trace_t t = {0};
     int unreadable = 0;
     for (int i = 0; i < nlogs; i++) unreadable |= trace_read(&t, logs[i], PROG) != 0;
     if (!t.count) {
-        fprintf(stderr, PROG ": no usable lines in the log%s\n", nlogs > 1 ? "s" : "");
+        /* A log that could not be read has said why already. */
+        if (!unreadable) fprintf(stderr, PROG ": no usable lines in the log%s\n", nlogs > 1 ? "s" : "");
         trace_free(&t);
         return 1;
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cupool-top: what every process of the user under cupool is doing now, from
  * the live statistics pages they publish (src/engine/live.h, read by livepage.c).
@@ -8,8 +9,10 @@
  * removes it when its process is gone (killed before it could).
  */
 #include "config.h" /* _GNU_SOURCE */
+#include "cli.h"
 #include "livepage.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
@@ -466,7 +469,8 @@ int main(int argc, char **argv)
     int once = 0, json = 0, delay_ms = 1000, port = -1;
     int stat = 0;
     const char *dir = NULL;
-    for (int c; (c = getopt_long(argc, argv, "1jd:sp:hV", longs, NULL)) != -1;) {
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":1jd:sp:hV", longs, NULL)) != -1;) {
         char *end;
         switch (c) {
         case '1': once = 1; break;
@@ -493,7 +497,7 @@ int main(int argc, char **argv)
         case 'D': dir = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("cupool-top %s\n", PACKAGE_VERSION); return 0;
-        default: usage(stderr); return 2;
+        default: cli_refused("cupool top", c, argv, longs); usage(stderr); return 2;
         }
     }
     /* `cupool stat PID` runs `cupool-top --stat PID`. */
@@ -506,6 +510,13 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* A folder that is not there would read as no process at all. */
+    DIR *pages_dir = opendir(live_dir(dir));
+    if (!pages_dir) {
+        fprintf(stderr, "cupool top: %s: %s\n", live_dir(dir), strerror(errno));
+        return 1;
+    }
+    closedir(pages_dir);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reading call logs into trace_t (trace.h): each line is parsed by jsonl.c,
  * its fields checked and turned into a fixed-size record.  Every call line
@@ -7,6 +8,10 @@
  * "kind" of memory this reader does not know is read as a call of no
  * memory (TRACE_OTHER).
  */
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* _GNU_SOURCE: program_invocation_short_name */
+#endif
+
 #include "trace.h"
 #include "jsonl.h"
 
@@ -14,12 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void *trace_xrealloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
     if (!q) {
-        fprintf(stderr, "cupool: out of memory\n");
+        fprintf(stderr, "%s: out of memory\n", program_invocation_short_name);
         exit(1);
     }
     return q;
@@ -144,11 +150,19 @@ int trace_read(trace_t *t, const char *path, const char *prog)
         fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
         return -1;
     }
+    /* fopen opens a directory for reading; its first read fails (EISDIR). */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: %s is a directory, not a log\n", prog, path);
+        if (f != stdin) fclose(f);
+        return -1;
+    }
     if (t->name_count == 0) intern(t, ""); /* index 0: no result */
     char *text = NULL;
     size_t size = 0;
     ssize_t len;
     uint32_t lineno = 0;
+    size_t rejected = 0;
     while ((len = getline(&text, &size, f)) >= 0) {
         lineno++;
         if (len > 0 && text[len - 1] == '\n') len--;
@@ -156,8 +170,9 @@ int trace_read(trace_t *t, const char *path, const char *prog)
         trace_record_t r;
         const char *why = record_of(t, text, (size_t)len, &r);
         if (why) {
-            fprintf(stderr, "%s:%u: %s; line skipped\n", path, lineno, why);
-            t->rejected++;
+            if (!t->quiet && rejected < TRACE_SHOWN_REJECTS)
+                fprintf(stderr, "%s: %s:%u: %s; line skipped\n", prog, path, lineno, why);
+            rejected++;
             continue;
         }
         r.seq = lineno;
@@ -169,9 +184,18 @@ int trace_read(trace_t *t, const char *path, const char *prog)
         }
         t->records[t->count++] = r;
     }
+    int unreadable = ferror(f);
     free(text);
     if (f != stdin) fclose(f);
+    if (!t->quiet && rejected > TRACE_SHOWN_REJECTS)
+        fprintf(stderr, "%s: %s: %zu more malformed lines skipped (%zu in all)\n", prog, path,
+                rejected - TRACE_SHOWN_REJECTS, rejected);
+    t->rejected += rejected;
     t->files++;
+    if (unreadable) {
+        fprintf(stderr, "%s: error reading %s\n", prog, path);
+        return -1;
+    }
     return 0;
 }
 

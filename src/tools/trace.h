@@ -1,9 +1,11 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A call log read into memory for the tools: every well-formed line of one
  * or more logs becomes a trace_record_t, and the records are put in the
  * order the calls started.  (A log is not in time order: each thread
  * buffers its own lines, so lines of different threads arrive in batches.)
- * Malformed lines are reported as "file:line: why" on stderr and skipped.
+ * Malformed lines are reported as "prog: file:line: why" on stderr and
+ * skipped: the first TRACE_SHOWN_REJECTS of a file, then how many more.
  */
 #ifndef CUPOOL_TRACE_H
 #define CUPOOL_TRACE_H
@@ -50,10 +52,15 @@ typedef struct trace {
     size_t name_count;
     size_t rejected; /* malformed lines skipped */
     size_t files;
+    int quiet;       /* set before reading: no message for a malformed line */
 } trace_t;
 
+/* Malformed lines of one log named one by one; past them, one count. */
+#define TRACE_SHOWN_REJECTS 10
+
 /* Reads the log at path into t (appending to what is there); -1 when the
- * file cannot be opened (message printed), else 0.  `prog` prefixes errors. */
+ * file cannot be opened or is a directory (message printed), else 0.
+ * `prog` prefixes every message. */
 int trace_read(trace_t *t, const char *path, const char *prog);
 /* Puts the records in start-time order (stable: file, then line). */
 void trace_sort(trace_t *t);

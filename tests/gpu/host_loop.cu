@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // host_loop.cu: a CUDA runtime program that allocates pinned host memory
 // (cudaMallocHost, cudaHostAlloc with PORTABLE|MAPPED) and managed memory
 // (cudaMallocManaged) on every iteration, and frees each while the device

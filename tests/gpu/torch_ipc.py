@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A CUDA tensor shared with a child process through torch.multiprocessing.
 
 PyTorch sends a CUDA tensor as a legacy IPC handle (cudaIpcGetMemHandle) of

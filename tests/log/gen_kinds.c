@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Makes calls of all three kinds of memory for the report and replay tests,
  * which run it under cupool with a log (CUPOOL_LOG) and read the log back:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Makes the calls behind tests/log/sample.jsonl, the log the report and
  * replay tests read: two threads on two devices allocating sizes from 256

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The call log (CUPOOL_LOG) holds exactly the calls a program made.  The test
  * runs itself again in child processes, each with its own CUPOOL_* settings

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cupool-replay on tests/log/sample.jsonl against the test driver: a row of
 # numbers per configuration, every allocation and free of the trace made in
 # each, the JSON output well-formed, and bad arguments refused.  On
@@ -178,5 +179,19 @@ for log in empty junk; do
     [ $? -eq 1 ] || { cat "$tmp/$log.err"; fail "a log with nothing to replay ($log) was not refused with status 1"; }
     grep -q 'holds no successful allocation to replay' "$tmp/$log.err" || { cat "$tmp/$log.err"; fail "$log: no clear message"; }
 done
+# Malformed lines are named once, by the tool, not again by each
+# configuration's run: ten names and one count for twelve, with two
+# configurations.  A directory as a log is said to be one.
+{ head -n 5 "$sample"; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "not json $i"; done; tail -n +6 "$sample"; } \
+    >"$tmp/twelve.jsonl"
+"$replay" --configs native,dedicated/auto "$tmp/twelve.jsonl" >"$tmp/twelve.out" 2>"$tmp/twelve.err" ||
+    { cat "$tmp/twelve.err"; fail "cupool-replay failed on twelve malformed lines"; }
+[ "$(grep -c '^cupool-replay: .*twelve.jsonl:[0-9]*: .*; line skipped$' "$tmp/twelve.err")" = 10 ] ||
+    { cat "$tmp/twelve.err"; fail "expected ten malformed lines named once"; }
+[ "$(grep -c "^cupool-replay: $tmp/twelve.jsonl: 2 more malformed lines skipped (12 in all)\$" "$tmp/twelve.err")" = 1 ] ||
+    { cat "$tmp/twelve.err"; fail "expected one count of the lines not named"; }
+"$replay" --configs native "$tmp" >/dev/null 2>"$tmp/dir.err"
+[ $? -eq 1 ] || fail "a directory as a log was not refused with status 1"
+grep -qx "cupool-replay: $tmp is a directory, not a log" "$tmp/dir.err" || { cat "$tmp/dir.err"; fail "a directory: no clear message"; }
 echo "test_replay: ok"
 exit 0

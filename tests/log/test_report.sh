@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cupool-report on tests/log/sample.jsonl (device memory) and
 # tests/log/kinds.jsonl (device, pinned host and managed memory): the
 # summary's numbers match what an independent reading of the log (Python's
@@ -7,6 +8,8 @@
 # XML with a step line per device and series, one per kind of memory other
 # than device memory, and a bar per size class; and the device sections
 # and picture of a log do not change when its host and managed lines go.
+# Malformed lines are named ten a log at most, then counted; a directory
+# as a log and a picture that cannot be written get a clear message.
 # Last, real logs: gen_kinds run under cupool (run-test.sh has set
 # CUPOOL_LIBRARY and the simulated driver), with the kept store and without
 # (CUPOOL_HOST=0 CUPOOL_MANAGED=0), read the same way and compared with what
@@ -316,5 +319,36 @@ for log in empty junk; do
     [ $? -eq 1 ] || { cat "$tmp/$log.err"; fail "a log with no usable line ($log) was not refused with status 1"; }
     grep -q 'no usable lines in the log' "$tmp/$log.err" || { cat "$tmp/$log.err"; fail "$log: no clear message"; }
 done
+# Malformed lines are named up to ten a log, each with the program's name,
+# then counted in one line: twelve broken lines among good ones give ten
+# names and "2 more ... (12 in all)", and 2 MB of random bytes no more.
+{ head -n 5 "$sample"; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "not json $i"; done; tail -n +6 "$sample"; } \
+    >"$tmp/twelve.jsonl"
+"$report" -o "$tmp/twelve.svg" "$tmp/twelve.jsonl" >"$tmp/twelve.summary" 2>"$tmp/twelve.err" ||
+    fail "cupool-report gave up on twelve malformed lines"
+[ "$(grep -c '^cupool-report: .*twelve.jsonl:[0-9]*: .*; line skipped$' "$tmp/twelve.err")" = 10 ] ||
+    { cat "$tmp/twelve.err"; fail "expected ten malformed lines named"; }
+grep -qx "cupool-report: $tmp/twelve.jsonl: 2 more malformed lines skipped (12 in all)" "$tmp/twelve.err" ||
+    { cat "$tmp/twelve.err"; fail "no count of the lines not named"; }
+[ "$(wc -l <"$tmp/twelve.err")" -eq 11 ] || { cat "$tmp/twelve.err"; fail "more than eleven lines of messages"; }
+grep -q ", 12 rejected," "$tmp/twelve.summary" || fail "the twelve rejected lines are not counted"
+python3 -c 'import random, sys; random.seed(48); sys.stdout.buffer.write(bytes(random.getrandbits(8) for _ in range(2000000)))' \
+    >"$tmp/random.bin"
+"$report" -o "$tmp/random.svg" "$tmp/random.bin" >/dev/null 2>"$tmp/random.err"
+[ $? -eq 1 ] || fail "random bytes were not refused with status 1"
+[ "$(wc -l <"$tmp/random.err")" -le 12 ] || { head -n 20 "$tmp/random.err"; fail "random bytes gave $(wc -l <"$tmp/random.err") lines of messages"; }
+grep -q '^cupool-report: .*random.bin: [0-9]* more malformed lines skipped ([0-9]* in all)$' "$tmp/random.err" ||
+    { cat "$tmp/random.err"; fail "random bytes: no count of the lines not named"; }
+
+# A directory named as a log is said to be one; a picture that cannot be
+# written is named with the program's name.
+"$report" -o "$tmp/x.svg" "$tmp" >/dev/null 2>"$tmp/dir.err"
+[ $? -eq 1 ] || fail "a directory as a log was not refused with status 1"
+grep -qx "cupool-report: $tmp is a directory, not a log" "$tmp/dir.err" || { cat "$tmp/dir.err"; fail "a directory: no clear message"; }
+grep -q 'no usable lines' "$tmp/dir.err" && fail "a directory was called a log without usable lines"
+"$report" -o /nonexistent/x.svg "$sample" >/dev/null 2>"$tmp/out.err"
+[ $? -eq 1 ] || fail "an unwritable picture was not refused with status 1"
+grep -qx 'cupool-report: cannot write /nonexistent/x.svg: No such file or directory' "$tmp/out.err" ||
+    { cat "$tmp/out.err"; fail "an unwritable picture: no message with the program's name"; }
 echo "test_report: ok"
 exit 0

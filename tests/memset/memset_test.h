@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers shared by the graph-memset tests: re-executing the test with the
  * environment it needs (automake's test environment is global), cupool's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * CUPOOL_MEMSET=kernel: every memset node is rewritten, and every entry point
  * that can see one still shows the program a memset node: the three Add

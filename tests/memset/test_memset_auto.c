@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * CUPOOL_MEMSET=auto: the probe tells a driver that refuses memset nodes on
  * stream-ordered memory (the simulator with SIMCUDA_MEMSET_BUG=1, like CUDA

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fill kernels are byte-exact: for element sizes 1, 2 and 4, 1-D and
  * pitched 2-D fills, odd offsets, widths and pitches, from one element up

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stand-alone smoke test of the simulated CUDA driver (not part of the test
  * suite; build it by hand against a hand-built libcuda.so.1):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared declarations of the simulated CUDA driver (tests/sim/libcuda.so.1).
  * The simulator stands in for the real libcuda on machines without a GPU so that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Core of the simulated CUDA driver: the global state and its lock, the handle
  * registry, environment switches, cuInit, error names, devices, and contexts
@@ -656,6 +657,10 @@ SIM_API CUresult CUDAAPI cuCtxSynchronize(void)
 {
     return cuCtxSynchronize_v2(NULL);
 }
+
+/* The mark of this driver: cupool's statistics and the demo say that the
+ * times they print are the simulator's, not a GPU's. */
+SIM_API const int simcuda_simulated_driver = 1;
 
 /* For tests: how many times the calling thread's current context was
  * synchronized with cuCtxSynchronize; -1 without one. */

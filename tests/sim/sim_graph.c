@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Graphs of the simulated CUDA driver: creating and destroying graphs and
  * nodes, the memset, kernel and empty node types (memcpy nodes come only from

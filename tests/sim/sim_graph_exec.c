@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Executable graphs of the simulated CUDA driver: instantiation (which copies
  * every node's parameters, so later edits of the graph do not reach the exec

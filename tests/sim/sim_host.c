@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Pinned host memory and managed memory of the simulated CUDA driver.  Under
  * unified addressing (the only mode CUDA 13 has on 64-bit Linux) a pinned

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuMemAlloc memory other processes can map, and legacy CUDA IPC
  * (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle) across real

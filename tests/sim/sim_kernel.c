@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Modules and kernels of the simulated CUDA driver.  cuModuleLoadData accepts
  * PTX text and reads the `.entry` declarations out of it, parameter sizes

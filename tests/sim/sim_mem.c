@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device memory of the simulated CUDA driver: the registry of live allocations
  * (a sorted array, so an address inside an allocation is found by binary

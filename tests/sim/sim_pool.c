@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Memory pools, stream-ordered allocation, pointer attributes and legacy IPC of
  * the simulated CUDA driver.  A pool reserves host "chunks" in 2 MiB steps

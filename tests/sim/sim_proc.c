@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuGetProcAddress of the simulated CUDA driver, and the legacy 32-bit entry
  * points it can hand out.  Frameworks (PyTorch, CuPy, JAX) resolve every driver

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Stream-ordering race checker of the simulated CUDA driver.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Streams, events and stream capture of the simulated CUDA driver.  Work runs
  * when it is enqueued, so a stream is only a context, flags and a capture state;
