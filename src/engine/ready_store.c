@@ -120,7 +120,9 @@ uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id)
     uint64_t value = cupool_option_started(id);
     if (!cupool_is_share(value)) return value;
     uint64_t used = pool_used_recent(c->device, cupool_now_ns());
-    uint64_t held = c->ready_bytes + c->deferred_bytes;
+    /* Frees ordered on the GPU left the pools' count at the free. */
+    uint64_t held = c->ready_bytes;
+    if (cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_HOST) held += c->deferred_bytes;
     uint64_t in_use = used > held ? used - held : 0;
     uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
     return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
