@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
 
-BENCHES = ("alloc", "host", "torch", "cupy", "parity", "loop", "memset")
+BENCHES = ("alloc", "host", "torch", "cupy", "parity", "capacity", "loop", "memset")
 
 
 def load(results, name):
@@ -256,9 +256,11 @@ def section_framework(results, name, ref_config, ref_name, unit):
 
 PARITY_INTRO = """\
 `bench/parity_bench.py` (stage `parity` of `scripts/bench-gpu.sh`) measures whether cupool holds no more device \
-memory than the frameworks' own allocators, and costs no more time, on four workloads: *cnn*, torchvision \
+memory than the frameworks' own allocators, and costs no more time, on five workloads: *cnn*, torchvision \
 resnet18 (random weights, channels_last) trained through cuDNN with SGD and momentum on a fresh synthetic \
-batch of %(batch)s × 3 × %(image_size)s² every step; *lm*, a decoder-only language model (transformers \
+batch of %(batch)s × 3 × %(image_size)s² every step; *cnn-stream*, the same on a non-blocking stream \
+(`torch.cuda.Stream()`), synchronized every %(sync_every)s steps only, so that the CPU runs steps ahead of the \
+GPU; *lm*, a decoder-only language model (transformers \
 `GPT2LMHeadModel` built from a config: 6 layers, d 512, vocabulary %(vocab)s; nothing downloaded) trained \
 with AdamW, batch %(lm_batch)s × %(seq)s tokens; *infer*, a 6-layer `nn.TransformerEncoder` (d 512) in \
 inference mode with a new random batch (1–%(max_batch)s) and sequence length (16–%(max_seq)s) at every \
@@ -266,9 +268,11 @@ call, %(shapes)s calls per pass; *cupy*, FFT autocorrelation, matrix product, so
 temporaries, %(iters)s iterations per pass over square sizes 256–2048. Configurations: *caching* is \
 PyTorch's caching allocator (CuPy's `MemoryPool` for *cupy*), *async* PyTorch's \
 `backend:cudaMallocAsync` (CuPy's `MemoryAsyncPool`): the driver's stream-ordered pools, which cupool is \
-built on; *nocache-…* runs with the framework's caching off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, \
-`cupy.cuda.set_allocator(None)`), natively (first round only) or under cupool, with its default settings \
-or `CUPOOL_FREE=deferred`.
+built on; *expandable* the caching allocator with `expandable_segments:True` (PyTorch only; a reference \
+with no target yet); *nocache-…* runs with the framework's caching off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, \
+`cupy.cuda.set_allocator(None)`), natively (first round only) or under cupool, with its default settings, \
+`CUPOOL_FREE=deferred`, or `CUPOOL_DEFERRED_ORDER=host` (*host*: deferred frees held by cupool until their \
+fences complete, measured beside the default order).
 
 Each configuration runs in its own process, after one warm-up process, in interleaved rounds. Time is a \
 process's median step (%(steps)s timed training steps after %(warmup)s, or per call / iteration over \
@@ -279,11 +283,11 @@ every step, the highest sample of the process (median over the rounds); a *memor
 of the ones both ran. cupool's runs of round %(stats_round)s print its statistics (`CUPOOL_STATS`): *cupool \
 in use* is the peak of what the program held, *cupool reserved* the peak its pools reserved; those runs \
 count for memory only (statistics time every pooled call). The goal: both cupool configurations within \
-1.10× of caching and 1.05× of async in memory, within 1.03× of caching in time and no slower than async \
+1.10× of caching and 1.15× of async in memory, within 1.03× of caching in time and no slower than async \
 beyond async's spread.
 """
 
-PARITY_DEFAULTS = {"batch": 64, "image_size": 224, "vocab": 32000, "lm_batch": 16, "seq": 256, "max_batch": 64,
+PARITY_DEFAULTS = {"batch": 64, "image_size": 224, "sync_every": 4, "vocab": 32000, "lm_batch": 16, "seq": 256, "max_batch": 64,
                    "max_seq": 512, "shapes": 40, "iters": 60, "steps": 15, "warmup": 5, "passes": 4,
                    "sample_ms": 15, "stats_round": 1}
 
@@ -331,6 +335,30 @@ def section_parity(results):
     for n in d.get("notes", []):
         text.append("- " + n)
     text.append(picture(results, "parity", "parity: peak memory and time per configuration"))
+    return "\n".join(text) + "\n"
+
+
+def section_capacity(results):
+    d = load(results, "capacity")
+    text = ["`bench/capacity_bench.py` (`BENCH_ONLY=capacity scripts/bench-gpu.sh`) holds the card's free memory "
+            "down to the caching allocator's peak for the *cnn* workload at its batch (× a headroom) with a "
+            "second process, then finds the largest batch that trains beside it under the caching allocator "
+            "and under cupool (default settings, PyTorch's caching off), stepping the batch by 8. The goal: "
+            "cupool's largest batch at least the caching allocator's, its step time at that batch within "
+            "1.03×.\n"]
+    if not d:
+        text.append("Not measured yet: `BENCH_ONLY=capacity scripts/bench-gpu.sh bench-results`.\n")
+        return "\n".join(text)
+    text.append(md_table(d.get("rows", []), [("config", "configuration"), ("largest_batch", "largest batch"),
+                                             ("ms_at_largest", "ms per step there")]))
+    text.append("")
+    targets = d.get("targets", [])
+    if targets:
+        text.append(targets_table(targets) + "\n")
+    for e in d.get("errors", []):
+        text.append("- error: " + e)
+    for n in d.get("notes", []):
+        text.append("- " + n)
     return "\n".join(text) + "\n"
 
 
@@ -527,6 +555,8 @@ def main():
     p.append(section_framework(results, "cupy", "pool", "CuPy's memory pool", "ms per iteration"))
     p.append("## Memory parity: PyTorch and CuPy workloads against the frameworks' allocators\n")
     p.append(section_parity(results))
+    p.append("## Capacity: the largest batch on a card held down to the caching allocator's need\n")
+    p.append(section_capacity(results))
     p.append("## CUDA runtime program: `bench/loop.cu`\n")
     p.append("`cudaMalloc`/`cudaFree` of two buffers per stream and iteration around three kernels on two "
              "non-blocking streams, results verified on the device; built with `nvcc -O2 -cudart static` "
