@@ -259,12 +259,18 @@ static void *writer_main(void *arg)
     /* A round of hand_off_stale is due at a fixed time, however often
      * hand-offs wake the writer before it. */
     struct timespec stale_round = flush_deadline();
+    unsigned rounds = 0;
     pthread_mutex_lock(&queue_lock);
     for (;;) {
         if (passed(&stale_round)) {
             pthread_mutex_unlock(&queue_lock);
             hand_off_stale();
             stale_round = flush_deadline();
+            /* Every third round (300 ms): once the program's threads have
+             * all ended, the writer ends too, so that the process can; the
+             * exit flush, run by whichever of cupool's threads ends last,
+             * writes what is left. */
+            if (++rounds % 3 == 0 && cupool_threads_alone()) break;
             pthread_mutex_lock(&queue_lock);
         }
         if (!queue_head || atomic_load(&log_exited)) {
@@ -285,6 +291,11 @@ static void *writer_main(void *arg)
         in_writer = NULL;
         recycle_locked(c);
     }
+    /* Lines handed over from now on are written by the threads that hand
+     * them over. */
+    pthread_mutex_lock(&queue_lock);
+    writer_state = WRITER_FAILED;
+    pthread_mutex_unlock(&queue_lock);
     return NULL;
 }
 

@@ -56,6 +56,8 @@
 #define IPC_BAD_HANDLE CUDA_ERROR_INVALID_VALUE
 /* How long an open waits for the exporter's answer, in seconds. */
 #define IPC_ANSWER_S 10
+/* How often, at most, the server thread looks whether it is alone. */
+#define IPC_ALONE_MS 250
 
 /* The 64 bytes of a CUipcMemHandle cupool makes. */
 typedef struct {
@@ -326,8 +328,15 @@ static void *serve(void *unused)
         for (int i = 2; i < n; i++) fds[i] = (struct pollfd){.fd = conns[i - 2].fd, .events = POLLIN};
         pthread_mutex_unlock(&ipc_lock);
 
-        int polled = poll(fds, (nfds_t)n, -1);
+        /* Woken at least every IPC_ALONE_MS to see whether the program's
+         * threads have all ended: this thread must then end, or the
+         * process never would. */
+        int polled = poll(fds, (nfds_t)n, IPC_ALONE_MS);
         int failed = polled < 0 && errno != EINTR;
+        if (polled == 0 && cupool_threads_alone()) {
+            free(fds);
+            return NULL;
+        }
 
         pthread_mutex_lock(&ipc_lock);
         if (failed) break;

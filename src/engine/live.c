@@ -19,7 +19,6 @@
 #include "cupool.h"
 #include "live.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,7 +28,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -232,44 +230,6 @@ static void update(int query)
 
 /* ---- the thread ---------------------------------------------------------- */
 
-/* Whether every thread of the program but this one has ended (the main
- * thread called pthread_exit, the others returned): this thread must then
- * end too, or it alone would keep the process alive.  The main thread is
- * looked at first, one small read; the rest only once it has ended. */
-static int alone(void)
-{
-    char path[64], text[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)getpid());
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    text[n] = '\0';
-    const char *p = strrchr(text, ')');
-    if (!p || p[1] != ' ' || (p[2] != 'Z' && p[2] != 'X')) return 0;
-    DIR *dir = opendir("/proc/self/task");
-    if (!dir) return 0;
-    int others = 0;
-    pid_t self = (pid_t)syscall(SYS_gettid);
-    for (struct dirent *e; !others && (e = readdir(dir));) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        pid_t tid = (pid_t)atoi(e->d_name);
-        if (tid == self || tid == getpid()) continue;
-        snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        n = read(fd, text, sizeof text - 1);
-        close(fd);
-        if (n <= 0) continue;
-        text[n] = '\0';
-        p = strrchr(text, ')');
-        others = p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
-    }
-    closedir(dir);
-    return !others;
-}
-
 static struct timespec after_ns(long long ns)
 {
     struct timespec t;
@@ -291,7 +251,9 @@ static void *publisher_main(void *arg)
         /* Only while cupool is active: a stopped cupool (a forked child
          * passes everything through) asks no driver. */
         update(cupool_active());
-        int last = alone();
+        /* The program's threads all ended: so must this one (and the
+         * process with it, once cupool's other threads see the same). */
+        int last = cupool_threads_alone();
         pthread_mutex_lock(&live_lock);
         in_round = 0;
         pthread_cond_broadcast(&live_cond);
