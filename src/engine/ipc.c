@@ -422,7 +422,10 @@ static void ipc_init(void)
 
 /* Removes sockets of this user in the directory that nobody listens on any
  * more (their process ended without removing them); a socket that answers
- * stays, whoever's namespace it lives in. */
+ * stays, whoever's namespace it lives in.  The connect() never waits: a
+ * stopped exporter whose queue is full would hold it for ever, and with it
+ * ipc_lock (every export, free of an exported block, context teardown and
+ * exit of this process); such a socket (EAGAIN) is not stale and stays. */
 static void remove_stale_sockets(void)
 {
     char prefix[64];
@@ -443,7 +446,7 @@ static void remove_stale_sockets(void)
         if (n <= 0 || (size_t)n >= sizeof path) continue;
         struct stat st;
         if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) continue;
-        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (s < 0) break;
         struct sockaddr_un a = socket_address(path);
         if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED) unlink(path);
@@ -791,17 +794,22 @@ int cupool_ipc_close(CUdeviceptr ptr, CUresult *result)
         return 0;
     }
     *result = CUDA_SUCCESS;
-    if (--im->refs == 0) {
-        /* Unmapped once this process's work on it is done; then the
-         * exporter learns it is closed and may hand it to another. */
-        int pushed = cupool_enter_context(im->ctx);
-        real_cuCtxSynchronize();
-        *result = real_cuMemFreeAsync(ptr, CU_STREAM_LEGACY);
-        real_cuStreamSynchronize(CU_STREAM_LEGACY);
-        cupool_leave_context(pushed);
-        close(im->conn);
-        *im = imports[--nimports];
+    if (--im->refs > 0) {
+        pthread_mutex_unlock(&ipc_lock);
+        return 1;
     }
+    import_t gone = *im;
+    *im = imports[--nimports];
     pthread_mutex_unlock(&ipc_lock);
+    /* Unmapped once this process's work on it is done; then the exporter
+     * learns it is closed and may hand it to another.  The wait for that
+     * work is made without ipc_lock, which the server thread and every
+     * export and free of an exported block need meanwhile. */
+    int pushed = cupool_enter_context(gone.ctx);
+    real_cuCtxSynchronize();
+    *result = real_cuMemFreeAsync(ptr, CU_STREAM_LEGACY);
+    real_cuStreamSynchronize(CU_STREAM_LEGACY);
+    cupool_leave_context(pushed);
+    close(gone.conn);
     return 1;
 }
