@@ -230,7 +230,7 @@ static const nb_case_t cases[] = {
     {"pthread-exit-ipc", pthread_exit_ipc, {NULL}, 20, NULL, NULL, NULL},
     {"pthread-exit-ipc-nolive", pthread_exit_ipc, {"CUPOOL_LIVE=0", NULL}, 20, NULL, NULL, NULL},
     {"stuck-neighbour", stuck_neighbour, {NULL}, 20, NULL, NULL, NULL},
-    {"log-fifo", log_fifo, {"CUPOOL_LOG=@/fifo.log", NULL}, 20, "is not a regular file", NULL, make_fifo},
+    {"log-fifo", log_fifo, {"CUPOOL_LOG=@/fifo.log", NULL}, 20, "fifo.log is a FIFO; only a regular file is a log", NULL, make_fifo},
 };
 
 static const nb_case_t *find_case(const char *name)

@@ -476,21 +476,46 @@ static void expand_path(const char *pattern, char *out, size_t len)
     out[o < len ? o : len - 1] = '\0';
 }
 
+/* What a path that is not a regular file is, for a message; NULL when it
+ * is one (or there is nothing there). */
+static const char *not_regular(mode_t mode)
+{
+    if (S_ISREG(mode)) return NULL;
+    if (S_ISLNK(mode)) return "a symbolic link, which cupool does not follow";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+    return "something else";
+}
+
+/* Only a regular file of this user is a log.  Opened without blocking: a
+ * FIFO planted at a guessable path would otherwise hold the program at its
+ * start until someone reads it; what is there is then named, whatever error
+ * the open gave (in a sticky directory the kernel answers EACCES for a link
+ * or FIFO of another user's, ELOOP for a link). */
 static int open_log(const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+    struct stat st;
     if (fd < 0) {
-        if (errno == ELOOP)
-            cupool_message(CUPOOL_MSG_WARN, "not logging: %s is a symbolic link, which cupool refuses to follow", path);
-        else cupool_message(CUPOOL_MSG_WARN, "not logging: cannot open %s: %s", path, strerror(errno));
+        int err = errno;
+        const char *what = lstat(path, &st) == 0 ? not_regular(st.st_mode) : NULL;
+        if (what) cupool_message(CUPOOL_MSG_WARN, "not logging: %s is %s; only a regular file is a log", path, what);
+        else cupool_message(CUPOOL_MSG_WARN, "not logging: cannot open %s: %s", path, strerror(err));
         return -1;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-        cupool_message(CUPOOL_MSG_WARN, "not logging: %s is not a regular file of this user", path);
+    const char *what = fstat(fd, &st) != 0 ? "cannot be examined" : not_regular(st.st_mode);
+    if (what || st.st_uid != geteuid()) {
+        if (what) cupool_message(CUPOOL_MSG_WARN, "not logging: %s is %s; only a regular file is a log", path, what);
+        else cupool_message(CUPOOL_MSG_WARN, "not logging: %s belongs to another user", path);
         close(fd);
         return -1;
     }
+    /* Writes to a regular file never wait anyway; the flag is dropped so
+     * that the file's descriptor is an ordinary one. */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     return fd;
 }
 
