@@ -190,6 +190,301 @@ static int log_fifo(void)
     return 0;
 }
 
+/* ---- item 4: descriptors of exporters and importers ---------------------------- */
+
+static void set_nofile(rlim_t n)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0) CHECK_FAIL("getrlimit: %s", strerror(errno));
+    lim.rlim_cur = n;
+    if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < n) lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) CHECK_FAIL("setrlimit: %s", strerror(errno));
+}
+
+static void to_hex(const CUipcMemHandle *h, char out[129])
+{
+    const unsigned char *b = (const unsigned char *)h->reserved;
+    for (int i = 0; i < 64; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static void from_hex(const char *hex, CUipcMemHandle *h)
+{
+    unsigned char *b = (unsigned char *)h->reserved;
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < 64 && hex[2 * i] && hex[2 * i + 1]; i++) sscanf(hex + 2 * i, "%2hhx", &b[i]);
+}
+
+/* This program again with args, talking through its stdin and stdout. */
+typedef struct {
+    pid_t pid;
+    FILE *to, *from;
+} peer_proc_t;
+
+static void spawn_self(peer_proc_t *p, const char *a1, const char *a2)
+{
+    int in[2], out[2];
+    /* Close-on-exec: another process started later must not hold this
+     * one's stdin open. */
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) CHECK_FAIL("pipe: %s", strerror(errno));
+    fflush(NULL);
+    p->pid = fork();
+    if (p->pid < 0) CHECK_FAIL("fork: %s", strerror(errno));
+    if (p->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        const char *argv[] = {tl_self_path(), a1, a2, NULL};
+        execv(tl_self_path(), (char *const *)argv);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    p->to = fdopen(in[1], "w");
+    p->from = fdopen(out[0], "r");
+    setvbuf(p->to, NULL, _IOLBF, 0);
+}
+
+static char *peer_line(peer_proc_t *p, char *line, size_t cap)
+{
+    if (!fgets(line, (int)cap, p->from)) CHECK_FAIL("process %d said nothing", (int)p->pid);
+    line[strcspn(line, "\n")] = 0;
+    return line;
+}
+
+static int peer_end(peer_proc_t *p)
+{
+    fclose(p->to);
+    char line[256];
+    while (fgets(line, sizeof line, p->from)) printf("  %d: %s", (int)p->pid, line);
+    fclose(p->from);
+    int status = 0;
+    waitpid(p->pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+enum { MANY = 1030 };
+
+/* `--importer-many FILE`: opens every handle of FILE, says how many it
+ * opened and its descriptors, waits for a line, closes them all. */
+static int importer_many(const char *file)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    tl_init(0);
+    int fds0 = count_fds();
+    FILE *f = fopen(file, "r");
+    if (!f) CHECK_FAIL("cannot read %s", file);
+    static CUdeviceptr ptrs[MANY];
+    char hex[200];
+    int n = 0, opened = 0;
+    long long t0 = now_ms();
+    while (n < MANY && fgets(hex, sizeof hex, f)) {
+        CUipcMemHandle h;
+        from_hex(hex, &h);
+        CUresult r = cuIpcOpenMemHandle(&ptrs[n], h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        if (r == CUDA_SUCCESS) opened++;
+        else if (n - opened < 3) fprintf(stderr, "open %d: %s\n", n, check_result_name(r));
+        if (r != CUDA_SUCCESS) ptrs[n] = 0;
+        n++;
+    }
+    fclose(f);
+    printf("opened %d of %d in %lld ms; descriptors %d then %d\n", opened, n, now_ms() - t0, fds0, count_fds());
+    char line[64];
+    if (!fgets(line, sizeof line, stdin)) return 3;
+    for (int i = 0; i < n; i++)
+        if (ptrs[i]) CHECK_CU(cuIpcCloseMemHandle(ptrs[i]));
+    printf("closed; descriptors %d\n", count_fds());
+    return 0;
+}
+
+/* One importer opens MANY blocks of this process (more than either may
+ * hold descriptors): each open succeeds, at once, and neither process's
+ * descriptors grow with the number of blocks open. */
+static int many_opens(void)
+{
+    set_nofile(1024);
+    tl_init(0);
+    char file[512];
+    path_in(file, sizeof file, "handles");
+    FILE *f = fopen(file, "w");
+    static CUdeviceptr ptrs[MANY];
+    for (int i = 0; i < MANY; i++) {
+        CHECK_CU(cuMemAlloc(&ptrs[i], 4096));
+        CUipcMemHandle h;
+        CHECK_CU(cuIpcGetMemHandle(&h, ptrs[i]));
+        char hex[129];
+        to_hex(&h, hex);
+        fprintf(f, "%s\n", hex);
+    }
+    fclose(f);
+    int before = count_fds();
+    peer_proc_t im;
+    spawn_self(&im, "--importer-many", file);
+    char line[256];
+    int opened = 0, n = 0, fds0 = 0, fds1 = 0, fds2 = 0;
+    long long ms = 0;
+    peer_line(&im, line, sizeof line);
+    printf("  importer: %s\n", line);
+    if (sscanf(line, "opened %d of %d in %lld ms; descriptors %d then %d", &opened, &n, &ms, &fds0, &fds1) != 5)
+        CHECK_FAIL("the importer said \"%s\"", line);
+    int during = count_fds();
+    fprintf(im.to, "go\n");
+    peer_line(&im, line, sizeof line);
+    printf("  importer: %s\n", line);
+    if (sscanf(line, "closed; descriptors %d", &fds2) != 1) CHECK_FAIL("the importer said \"%s\"", line);
+    if (peer_end(&im) != 0) CHECK_FAIL("the importer failed");
+    printf("  exporter's descriptors: %d, with the blocks open %d\n", before, during);
+    CHECK_EQ(opened, MANY);
+    if (during - before > 4) CHECK_FAIL("the exporter holds %d descriptors more while one process has blocks open", during - before);
+    if (fds1 - fds0 > 4) CHECK_FAIL("the importer holds %d descriptors more with the blocks open", fds1 - fds0);
+    if (fds2 > fds0) CHECK_FAIL("the importer holds %d descriptors more after closing everything", fds2 - fds0);
+    for (int i = 0; i < MANY; i++) CHECK_CU(cuMemFree(ptrs[i]));
+    return 0;
+}
+
+/* The path of this process's IPC socket. */
+static void own_socket(char *out, size_t cap)
+{
+    const char *dir = getenv("CUPOOL_IPC_DIR");
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "cupool-ipc.%u.%u.", (unsigned)geteuid(), (unsigned)getpid());
+    DIR *d = opendir(dir);
+    out[0] = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+            (size_t)snprintf(out, cap, "%s/%s", dir, e->d_name) >= cap)
+            CHECK_FAIL("the socket's path is too long");
+    if (d) closedir(d);
+    if (!out[0]) CHECK_FAIL("no socket of this process in %s", dir);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+/* 100 connections that never ask anything, to an exporter that may hold
+ * 64 descriptors: its server thread does not spin, its own open() calls
+ * still succeed, and every such connection is closed before long. */
+static int idle_clients(void)
+{
+    set_nofile(64);
+    tl_init(0);
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, BLOCK));
+    CUipcMemHandle h;
+    CHECK_CU(cuIpcGetMemHandle(&h, p));
+    char path[256];
+    own_socket(path, sizeof path);
+    int report[2];
+    if (pipe(report)) CHECK_FAIL("pipe");
+    pid_t child = fork();
+    if (child == 0) {
+        set_nofile(512);
+        enum { N = 100 };
+        struct pollfd fds[N];
+        int n = 0;
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+        for (int i = 0; i < N; i++) {
+            int s = socket(AF_UNIX, SOCK_STREAM, 0);
+            struct timeval limit = {.tv_sec = 1};
+            setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+            if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+                close(s);
+                continue;
+            }
+            fds[n++] = (struct pollfd){.fd = s, .events = POLLIN};
+        }
+        /* Each is closed by the exporter (end of file) within 20 s. */
+        int closed = 0;
+        long long end = now_ms() + 20000;
+        while (closed < n && now_ms() < end) {
+            if (poll(fds, (nfds_t)n, 200) <= 0) continue;
+            for (int i = 0; i < n; i++) {
+                if (fds[i].fd < 0 || !fds[i].revents) continue;
+                char c;
+                if (read(fds[i].fd, &c, 1) <= 0) {
+                    close(fds[i].fd);
+                    fds[i].fd = -1;
+                    closed++;
+                }
+            }
+        }
+        dprintf(report[1], "%d %d\n", n, closed);
+        _exit(0);
+    }
+    close(report[1]);
+    usleep(500000);
+    double c0 = cpu_seconds();
+    usleep(2000000);
+    double spent = cpu_seconds() - c0;
+    printf("  CPU time over 2 s beside idle connections: %.3f s\n", spent);
+    int opened = 0;
+    int mine[8];
+    for (int i = 0; i < 8; i++)
+        if ((mine[i] = open("/dev/null", O_RDONLY)) >= 0) opened++;
+    for (int i = 0; i < 8; i++)
+        if (mine[i] >= 0) close(mine[i]);
+    char text[64] = "";
+    ssize_t got = read(report[0], text, sizeof text - 1);
+    text[got > 0 ? got : 0] = 0;
+    int status;
+    waitpid(child, &status, 0);
+    int connected = 0, closed = 0;
+    sscanf(text, "%d %d", &connected, &closed);
+    printf("  %d idle connections made, %d closed by the exporter\n", connected, closed);
+    if (spent > 0.5) CHECK_FAIL("the exporter spent %.2f s of CPU in 2 s beside idle connections", spent);
+    CHECK_EQ(opened, 8);
+    CHECK_TRUE(connected > 0);
+    CHECK_EQ(closed, connected);
+    CHECK_CU(cuMemFree(p));
+    return 0;
+}
+
+/* `--exporter-one`: exports a block, prints its handle, waits for a line. */
+static int exporter_one(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    tl_init(0);
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, BLOCK));
+    CUipcMemHandle h;
+    CHECK_CU(cuIpcGetMemHandle(&h, p));
+    char hex[129];
+    to_hex(&h, hex);
+    printf("%s\n", hex);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) return 0;
+    return 0;
+}
+
+/* Blocks of many exporters opened and closed: nothing of theirs is held
+ * here after (connection, imported pool). */
+static int many_exporters(void)
+{
+    tl_init(0);
+    enum { N = 12 };
+    peer_proc_t ex[N];
+    for (int i = 0; i < N; i++) spawn_self(&ex[i], "--exporter-one", NULL);
+    int before = count_fds();
+    for (int i = 0; i < N; i++) {
+        char hex[256];
+        peer_line(&ex[i], hex, sizeof hex);
+        CUipcMemHandle h;
+        from_hex(hex, &h);
+        CUdeviceptr p;
+        CHECK_CU(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        CHECK_CU(cuIpcCloseMemHandle(p));
+    }
+    int after = count_fds();
+    for (int i = 0; i < N; i++) peer_end(&ex[i]);
+    printf("  descriptors before %d, after opening and closing blocks of %d exporters %d\n", before, N, after);
+    if (after > before) CHECK_FAIL("%d descriptors more after every block was closed", after - before);
+    return 0;
+}
+
 /* ---- the cases ----------------------------------------------------------------- */
 
 typedef struct nb_case {
@@ -230,6 +525,9 @@ static const nb_case_t cases[] = {
     {"pthread-exit-ipc", pthread_exit_ipc, {NULL}, 20, NULL, NULL, NULL},
     {"pthread-exit-ipc-nolive", pthread_exit_ipc, {"CUPOOL_LIVE=0", NULL}, 20, NULL, NULL, NULL},
     {"stuck-neighbour", stuck_neighbour, {NULL}, 20, NULL, NULL, NULL},
+    {"many-opens", many_opens, {NULL}, 90, NULL, NULL, NULL},
+    {"idle-clients", idle_clients, {NULL}, 40, NULL, NULL, NULL},
+    {"many-exporters", many_exporters, {NULL}, 40, NULL, NULL, NULL},
     {"log-fifo", log_fifo, {"CUPOOL_LOG=@/fifo.log", NULL}, 20, "fifo.log is a FIFO; only a regular file is a log", NULL, make_fifo},
 };
 
@@ -279,6 +577,8 @@ static int run_case(const nb_case_t *k)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--importer-many") == 0) return importer_many(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "--exporter-one") == 0) return exporter_one();
     if (argc == 3 && strcmp(argv[1], "--case") == 0) {
         const nb_case_t *k = find_case(argv[2]);
         if (!k) CHECK_FAIL("no case %s", argv[2]);
