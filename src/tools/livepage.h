@@ -54,8 +54,11 @@ const char *live_human(double bytes, char *buf, size_t len);
 /* The pages in Prometheus's text format (0.0.4) into a malloc()ed string
  * (*len bytes); NULL when out of memory. */
 char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len);
-/* Serves GET /metrics on 127.0.0.1:port (0: any free port, printed) from
- * the pages in dir until *stop is set; 0 then, 1 when it cannot listen. */
-int prom_serve(const char *dir, int port, volatile sig_atomic_t *stop);
+/* Serves GET /metrics on 127.0.0.1:port (0: any free port, printed), or
+ * on the Unix socket path when path is not NULL, to processes of this user
+ * only, from the pages in dir until *stop is set; 0 then, 1 when it cannot
+ * listen.  The labels name each process's executable, or with
+ * command_lines set its whole command line. */
+int prom_serve(const char *dir, int port, const char *path, int command_lines, volatile sig_atomic_t *stop);
 
 #endif

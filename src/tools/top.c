@@ -55,7 +55,10 @@ static void usage(FILE *out)
           "                         readable page of this user\n"
           "  -p, --prometheus PORT  serve the counters in Prometheus's text format at\n"
           "                         http://127.0.0.1:PORT/metrics (0: any free port, printed)\n"
-          "                         until interrupted\n"
+          "                         until interrupted, to this user's processes only; a PATH\n"
+          "                         (with a /) instead serves on a Unix socket of mode 0600\n"
+          "      --command-lines    label Prometheus's counters with whole command lines\n"
+          "                         (default: the executable's name; arguments may hold secrets)\n"
           "      --dir DIR          read the pages in DIR (default $CUPOOL_LIVE_DIR, else /dev/shm)\n"
           "  -h, --help             print this help\n"
           "  -V, --version          print the version\n"
@@ -460,12 +463,13 @@ int main(int argc, char **argv)
         {"once", no_argument, NULL, '1'},       {"json", no_argument, NULL, 'j'},
         {"delay", required_argument, NULL, 'd'}, {"stat", no_argument, NULL, 's'},
         {"prometheus", required_argument, NULL, 'p'}, {"dir", required_argument, NULL, 'D'},
+        {"command-lines", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},       {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int once = 0, json = 0, delay_ms = 1000, port = -1;
-    int stat = 0;
-    const char *dir = NULL;
+    int stat = 0, command_lines = 0;
+    const char *dir = NULL, *prom_path = NULL;
     for (int c; (c = getopt_long(argc, argv, "1jd:sp:hV", longs, NULL)) != -1;) {
         char *end;
         switch (c) {
@@ -481,10 +485,16 @@ int main(int argc, char **argv)
             break;
         }
         case 's': stat = 1; break;
+        case 'C': command_lines = 1; break;
         case 'p': {
+            if (strchr(optarg, '/')) {
+                prom_path = optarg;
+                port = 0;
+                break;
+            }
             long value = strtol(optarg, &end, 10);
             if (*end || end == optarg || value < 0 || value > 65535) {
-                fprintf(stderr, "cupool top: --prometheus takes a port, 0 to 65535\n");
+                fprintf(stderr, "cupool top: --prometheus takes a port, 0 to 65535, or a socket path with a /\n");
                 return 2;
             }
             port = (int)value;
@@ -514,7 +524,7 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (stat) return stat_pid(dir, argv[optind], json);
-    if (port >= 0) return prom_serve(dir, port, &stop);
+    if (port >= 0) return prom_serve(dir, port, prom_path, command_lines, &stop);
     if (!json && !once) return view(dir, delay_ms);
     while (!stop) {
         size_t n;

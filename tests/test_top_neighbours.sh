@@ -1,0 +1,183 @@
+#!/bin/sh
+# cupool-top beside hostile neighbours (issue 47), against tests/live_alloc
+# running under cupool and pages written by hand:
+#   prom-labels   the Prometheus labels name the executable, not the command
+#                 line (an argument holding a secret is not published)
+#                 unless --command-lines asks for it;
+#   prom-peers    another user's scrape of the TCP endpoint is refused
+#                 (403), a Unix socket endpoint is mode 0600 and answers
+#                 this user (another user's connect fails);
+# Every wait polls with a deadline.  Skipped (77) without python3.
+set -u
+builddir=${CUPOOL_BUILDDIR:-$(pwd)}
+lib=${CUPOOL_LIBRARY:-$builddir/.libs/libcupool.so}
+launcher=$builddir/scripts/cupool
+helper=$builddir/tests/live_alloc
+CUPOOL_TOP=$builddir/cupool-top
+export CUPOOL_TOP
+command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
+python=$(python3 -c 'import sys; print(sys.executable)') || exit 99
+[ -x "$CUPOOL_TOP" ] && [ -x "$helper" ] || { echo "build cupool-top and tests/live_alloc first"; exit 99; }
+unset LD_PRELOAD CUPOOL_LIVE CUPOOL_STATS CUPOOL_LOG
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-test-topnb.XXXXXX") || exit 99
+chmod 700 "$tmp"
+CUPOOL_LIVE_DIR=$tmp/pages
+export CUPOOL_LIVE_DIR
+mkdir "$CUPOOL_LIVE_DIR"
+uid=$(id -u)
+pids=""
+cleanup() {
+    for d in "$tmp"/run.*; do [ -d "$d" ] && touch "$d/quiet" "$d/exit"; done
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+failed=0
+fail() { echo "test_top_neighbours: $*" >&2; failed=1; }
+die() { echo "test_top_neighbours: $*" >&2; exit 1; }
+until_ok() {
+    tries=$(($1 * 20))
+    shift
+    while ! "$@"; do
+        tries=$((tries - 1))
+        [ $tries -gt 0 ] || return 1
+        sleep 0.05
+    done
+}
+
+cat >"$tmp/check.py" <<'PY'
+import os, socket, sys, time
+
+def get(connect, path="/metrics", timeout=10):
+    s = connect()
+    s.settimeout(timeout)
+    s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return data
+
+def tcp(port):
+    # A plain connect: no name lookup (another user may not read the
+    # interpreter's encodings once it has changed user).
+    def c():
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.connect(("127.0.0.1", port))
+        return s
+    return c
+
+def unix(path):
+    def c():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        return s
+    return c
+
+def as_nobody(fn):
+    """Runs fn in a child as user 65534; its exit status."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os._exit(fn())
+        except BaseException as e:
+            print("as nobody:", e, file=sys.stderr)
+            os._exit(99)
+    return os.waitpid(pid, 0)[1] >> 8
+
+cmd = sys.argv[1]
+if cmd == "body":                       # body PORT|PATH > the answer
+    target = sys.argv[2]
+    c = unix(target) if "/" in target else tcp(int(target))
+    sys.stdout.buffer.write(get(c))
+elif cmd == "nobody-tcp":               # nobody-tcp PORT: exit 0 when refused
+    port = int(sys.argv[2])
+    def try_it():
+        answer = get(tcp(port))
+        print("nobody got:", answer[:60], file=sys.stderr)
+        return 0 if answer.startswith(b"HTTP/1.1 403") and b"cupool_in_use_bytes" not in answer else 1
+    sys.exit(as_nobody(try_it))
+elif cmd == "nobody-unix":              # nobody-unix PATH: exit 0 when refused
+    path = sys.argv[2]
+    def try_it():
+        try:
+            answer = get(unix(path))
+        except OSError as e:
+            print("nobody refused:", e, file=sys.stderr)
+            return 0
+        return 0 if b"cupool_in_use_bytes" not in answer else 1
+    sys.exit(as_nobody(try_it))
+PY
+py() { "$python" "$tmp/check.py" "$@"; }
+
+# start NAME: runs the helper under cupool in $tmp/run.NAME; sets $dir, $pid.
+start() {
+    dir=$tmp/run.$1
+    mkdir "$dir"
+    "$launcher" --library "$lib" -- "$helper" "$dir" >"$dir/out" 2>"$dir/err" &
+    pid=$!
+    pids="$pids $pid"
+    until_ok 20 test -s "$dir/ready" || die "live_alloc did not start: $(cat "$dir/err")"
+}
+
+# prom_start NAME ARGS...: cupool top --prometheus ARGS in the background;
+# sets $prom and, for a port, $port.
+prom_start() {
+    name=$1
+    shift
+    "$launcher" top "$@" 2>"$tmp/$name.err" &
+    prom=$!
+    pids="$pids $prom"
+    serving() { grep -q 'serving ' "$tmp/$name.err" 2>/dev/null; }
+    until_ok 10 serving || die "the endpoint did not start: $(cat "$tmp/$name.err")"
+    port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/metrics.*|\1|p' "$tmp/$name.err")
+}
+has_sample() { py body "$1" >"$tmp/body" && grep -q "^cupool_in_use_bytes{pid=\"$2\"" "$tmp/body"; }
+
+# ---- prom-labels: no command line in the labels by default ---------------------
+start "api-token=s3cret"
+main=$pid
+prom_start labels --prometheus 0
+until_ok 10 has_sample "$port" "$main" || die "no sample for $main: $(cat "$tmp/body")"
+grep -q 's3cret' "$tmp/body" && fail "prom-labels: a command line's argument is published: $(grep s3cret "$tmp/body" | head -1)"
+grep -q "^cupool_info{pid=\"$main\",command=\"live_alloc\"" "$tmp/body" ||
+    fail "prom-labels: no executable name label: $(grep cupool_info "$tmp/body")"
+# ---- prom-peers: another user's scrape is refused ---------------------------------
+if [ "$uid" = 0 ]; then
+    py nobody-tcp "$port" || fail "prom-peers: another user read the TCP endpoint"
+else
+    echo "test_top_neighbours: not root: another user's scrape is not tried"
+fi
+kill "$prom"
+wait "$prom" 2>/dev/null
+prom_start whole --prometheus 0 --command-lines
+until_ok 10 has_sample "$port" "$main" || die "no sample for $main: $(cat "$tmp/body")"
+grep -q "command=\"[^\"]*api-token=s3cret" "$tmp/body" || fail "prom-labels: --command-lines does not publish command lines"
+kill "$prom"
+wait "$prom" 2>/dev/null
+# ---- prom-peers: a Unix socket of mode 0600 ---------------------------------------
+sock=$tmp/prom.sock
+prom_start unix --prometheus "$sock"
+until_ok 10 test -S "$sock" || die "no socket at $sock"
+mode=$(stat -c %a "$sock")
+[ "$mode" = 600 ] || fail "prom-peers: the socket has mode $mode"
+until_ok 10 has_sample "$sock" "$main" || fail "prom-peers: no sample over the Unix socket: $(cat "$tmp/body")"
+if [ "$uid" = 0 ]; then
+    chmod 755 "$tmp" # so that only the socket's own mode keeps nobody out
+    py nobody-unix "$sock" || fail "prom-peers: another user read the Unix socket"
+    chmod 700 "$tmp"
+fi
+kill "$prom"
+wait "$prom" 2>/dev/null
+[ -e "$sock" ] && fail "prom-peers: the socket is left after the endpoint ended"
+
+[ $failed = 0 ] && echo "test_top_neighbours: ok"
+exit $failed
