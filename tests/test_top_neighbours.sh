@@ -7,6 +7,10 @@
 #   prom-peers    another user's scrape of the TCP endpoint is refused
 #                 (403), a Unix socket endpoint is mode 0600 and answers
 #                 this user (another user's connect fails);
+#   live-ns       processes in other PID namespaces sharing the pages'
+#                 directory (unshare, as root): two of the same pid both
+#                 keep their pages, and a reader of this namespace, which
+#                 cannot see their processes, removes neither;
 # Every wait polls with a deadline.  Skipped (77) without python3.
 set -u
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
@@ -118,11 +122,13 @@ elif cmd == "nobody-unix":              # nobody-unix PATH: exit 0 when refused
 PY
 py() { "$python" "$tmp/check.py" "$@"; }
 
-# start NAME: runs the helper under cupool in $tmp/run.NAME; sets $dir, $pid.
+# start NAME [PREFIX...]: runs the helper under cupool in $tmp/run.NAME
+# (through PREFIX, a command such as unshare); sets $dir, $pid.
 start() {
     dir=$tmp/run.$1
+    shift
     mkdir "$dir"
-    "$launcher" --library "$lib" -- "$helper" "$dir" >"$dir/out" 2>"$dir/err" &
+    "$@" "$launcher" --library "$lib" -- "$helper" "$dir" >"$dir/out" 2>"$dir/err" &
     pid=$!
     pids="$pids $pid"
     until_ok 20 test -s "$dir/ready" || die "live_alloc did not start: $(cat "$dir/err")"
@@ -178,6 +184,29 @@ fi
 kill "$prom"
 wait "$prom" 2>/dev/null
 [ -e "$sock" ] && fail "prom-peers: the socket is left after the endpoint ended"
+
+# ---- live-ns: pages of other PID namespaces -------------------------------------
+if [ "$uid" = 0 ] && unshare --pid --fork true 2>/dev/null; then
+    start ns1 unshare --pid --fork
+    ns1=$(cat "$dir/ready")
+    start ns2 unshare --pid --fork
+    ns2=$(cat "$dir/ready")
+    echo "test_top_neighbours: pids in their namespaces: $ns1, $ns2"
+    pages_of() { ls "$CUPOOL_LIVE_DIR" | grep -c "^cupool\.$uid\.$1\."; }
+    if [ "$ns1" = "$ns2" ]; then
+        [ "$(pages_of "$ns1")" = 2 ] || fail "live-ns: two processes of pid $ns1 in two namespaces: $(pages_of "$ns1") page(s)"
+    fi
+    for round in 1 2 3; do
+        "$launcher" top --once --json >"$tmp/ns.json" || fail "live-ns: cupool top failed"
+        "$launcher" stat "$ns1" >/dev/null 2>&1
+    done
+    [ "$(pages_of "$ns1")" -ge 1 ] && [ "$(pages_of "$ns2")" -ge 1 ] ||
+        fail "live-ns: a reader removed the page of a live process of another namespace: $(ls "$CUPOOL_LIVE_DIR")"
+    shown=$(grep -c "\"pid\":\($ns1\|$ns2\)," "$tmp/ns.json")
+    [ "$shown" -ge 2 ] || fail "live-ns: the processes of other namespaces are not shown: $(cat "$tmp/ns.json")"
+else
+    echo "test_top_neighbours: not root, or no unshare: pages of other PID namespaces are not tried"
+fi
 
 [ $failed = 0 ] && echo "test_top_neighbours: ok"
 exit $failed

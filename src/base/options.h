@@ -37,7 +37,7 @@
     X(STATS, "CUPOOL_STATS", BOOL, "0", NULL, "print a summary at exit")                                     \
     X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")                  \
     X(LIVE, "CUPOOL_LIVE", BOOL, "1", NULL,                                                                     \
-      "publish live statistics for cupool top and cupool stat in CUPOOL_LIVE_DIR/cupool.UID.PID, updated 4 times a second") \
+      "publish live statistics for cupool top and cupool stat in CUPOOL_LIVE_DIR/cupool.UID.PID.START.RANDOM, updated 4 times a second") \
     X(LIVE_DIR, "CUPOOL_LIVE_DIR", STRING, "/dev/shm", NULL, "directory of the live statistics pages")              \
     X(IPC, "CUPOOL_IPC", BOOL, "1", NULL,                                                                        \
       "make pools exportable so that cuIpcGetMemHandle works on pooled memory between processes under cupool")   \

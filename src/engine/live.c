@@ -2,7 +2,8 @@
  * The live statistics page (live.h): while the program runs, one thread of
  * cupool's writes what cupool's counters say about each device (allocations,
  * frees, bytes in use, what the pools reserve, free modes, OOM retries,
- * trims) into <CUPOOL_LIVE_DIR>/cupool.<uid>.<pid>, about four times a
+ * trims) into <CUPOOL_LIVE_DIR>/cupool.<uid>.<pid>.<start>.<random>
+ * (live.h), about four times a
  * second, for `cupool top` and `cupool stat`.  The allocation and free paths
  * are not touched: their counters are already kept per thread and folded by
  * cupool_get_stats, which this thread calls; the pools' reserved bytes are
@@ -12,8 +13,8 @@
  * at once, instead of raising SIGBUS at a later write), mapped, and its
  * descriptor closed: a program that closes every descriptor, or reuses the
  * number, cannot have cupool write into its own files.  It is removed at
- * exit; a process killed before that leaves it behind, and readers remove
- * it once they see its process gone.  CUPOOL_LIVE=0 turns it off.
+ * exit; a process killed before that leaves it behind, and readers of the
+ * same PID namespace remove it once they see its process gone.  CUPOOL_LIVE=0 turns it off.
  */
 #include "state.h"
 #include "cupool.h"
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +78,14 @@ static uint64_t start_time(void)
     if (!p) return 0;
     for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
     return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* The inode of this process's PID namespace: pid means this process only
+ * to readers of the same namespace. */
+static uint64_t pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
 static void read_command(char *out, size_t len)
@@ -305,20 +315,18 @@ static int create_page(void)
 {
     const char *dir = cupool_option_string(CUPOOL_OPT_LIVE_DIR);
     if (!dir || !*dir) dir = "/dev/shm";
-    int len = snprintf(page_path, sizeof page_path, "%s/%s%u.%d", dir, CUPOOL_LIVE_PREFIX, (unsigned)geteuid(),
-                       (int)getpid());
+    uint64_t started = start_time(), random = 0;
+    if (getrandom(&random, sizeof random, GRND_NONBLOCK) != (ssize_t)sizeof random)
+        random = realtime_ns() ^ ((uint64_t)getpid() << 32);
+    int len = snprintf(page_path, sizeof page_path, "%s/%s%u.%d.%llu.%016llx", dir, CUPOOL_LIVE_PREFIX,
+                       (unsigned)geteuid(), (int)getpid(), (unsigned long long)started, (unsigned long long)random);
     if (len < 0 || (size_t)len >= sizeof page_path) {
         cupool_message(CUPOOL_MSG_WARN, "live statistics off: CUPOOL_LIVE_DIR is too long");
         return -1;
     }
-    int fd = -1;
-    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
-        fd = open(page_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        /* A page of this name is left from an earlier process of this pid,
-         * killed before it could remove it (this pid is ours now). */
-        if (fd < 0 && errno == EEXIST && attempt == 0 && unlink(page_path) == 0) continue;
-        if (fd < 0) break;
-    }
+    /* The name is this process's alone (start time, random part): one
+     * there already is no page of an earlier process to replace. */
+    int fd = open(page_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         cupool_message(CUPOOL_MSG_WARN, "live statistics off: cannot create %s: %s", page_path, strerror(errno));
         return -1;
@@ -347,7 +355,8 @@ static int create_page(void)
     page.size = sizeof page;
     page.pid = (int32_t)getpid();
     page.uid = (uint32_t)geteuid();
-    page.start_time = start_time();
+    page.start_time = started;
+    page.pid_ns = pid_namespace();
     page.interval_ms = CUPOOL_LIVE_INTERVAL_MS;
     page.version = (uint32_t)cupool_version();
     copy_text(page.version_text, sizeof page.version_text, PACKAGE_VERSION);

@@ -5,6 +5,12 @@
  * otherwise plant a page that cupool-top shows as the user's, or a link to
  * somewhere else.  A copy is taken with the page's seqlock: the sequence
  * number even and unchanged across the copy.
+ *
+ * A page is removed only once its process is proven gone: the page says in
+ * which PID namespace its pid counts, and only a reader of that namespace
+ * can tell (no process of that pid, or one started at another time).  A
+ * page of another namespace (a container sharing the directory) is never
+ * removed; it is shown while it is updated.
  */
 #include "config.h" /* _GNU_SOURCE */
 #include "livepage.h"
@@ -22,6 +28,9 @@
 #include <unistd.h>
 
 #define COPY_TRIES 200
+/* A page of another PID namespace not updated for this long is not shown
+ * (its process may be gone; this reader cannot tell). */
+#define FOREIGN_QUIET_NS (10 * 1000000000ull)
 
 const char *live_dir(const char *dir)
 {
@@ -46,13 +55,37 @@ static unsigned long long process_start(int pid)
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-/* Gone: no process of that pid, or one that started at another time (the
- * pid was reused). */
+/* The inode of this reader's PID namespace (0: unknown). */
+static uint64_t own_pid_ns(void)
+{
+    static uint64_t ns;
+    struct stat st;
+    if (!ns && stat("/proc/self/ns/pid", &st) == 0) ns = (uint64_t)st.st_ino;
+    return ns;
+}
+
+/* Whether pid counts in this reader's namespace (and so can be looked up). */
+static int same_namespace(uint64_t page_ns)
+{
+    return page_ns && page_ns == own_pid_ns();
+}
+
+/* Gone, as this reader can prove it: its pid is of this namespace, and
+ * there is no process of that pid, or one that started at another time
+ * (the pid was reused). */
 static int process_gone(const cupool_live_page_t *page)
 {
+    if (!same_namespace(page->pid_ns)) return 0;
     if (kill(page->pid, 0) != 0 && errno == ESRCH) return 1;
     unsigned long long started = process_start(page->pid);
     return started && page->start_time && started != page->start_time;
+}
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 static void pause_briefly(void)
@@ -77,7 +110,8 @@ static int copy_page(const cupool_live_page_t *m, cupool_live_page_t *out)
     return LIVE_BUSY;
 }
 
-static int read_path(const char *path, int pid, cupool_live_page_t *out, int clean)
+/* The page at path, whose name says pid and start. */
+static int read_path(const char *path, int pid, unsigned long long start, cupool_live_page_t *out, int clean)
 {
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return errno == ENOENT ? LIVE_MISSING : errno == ELOOP ? LIVE_REFUSED : LIVE_MISSING;
@@ -97,18 +131,21 @@ static int read_path(const char *path, int pid, cupool_live_page_t *out, int cle
     }
     int r = copy_page(m, out);
     munmap(m, sizeof *out);
-    /* Odd for good: its process was killed in the middle of an update. */
-    if (r == LIVE_BUSY && kill(pid, 0) != 0 && errno == ESRCH) {
+    /* Odd for good: its process was killed in the middle of an update
+     * (which only a reader of its namespace can tell, from the name). */
+    if (r == LIVE_BUSY && out->pid_ns == own_pid_ns() && out->pid == pid && out->start_time == start &&
+        process_gone(out)) {
         if (clean) unlink(path);
         close(fd);
         return LIVE_STALE;
     }
     if (r == LIVE_OK && (out->magic != CUPOOL_LIVE_MAGIC || out->format != CUPOOL_LIVE_FORMAT ||
-                         out->size != sizeof *out || out->pid != pid || out->uid != getuid() ||
-                         out->ndevices > CUPOOL_LIVE_DEVICES))
+                         out->size != sizeof *out || out->pid != pid || out->start_time != start ||
+                         out->uid != getuid() || out->ndevices > CUPOOL_LIVE_DEVICES))
         r = LIVE_BAD;
     if (r == LIVE_OK) out->command[sizeof out->command - 1] = '\0';
-    if (r == LIVE_OK && process_gone(out)) {
+    if (r == LIVE_OK && !same_namespace(out->pid_ns) && realtime_ns() - out->updated_ns > FOREIGN_QUIET_NS) r = LIVE_STALE;
+    else if (r == LIVE_OK && process_gone(out)) {
         r = LIVE_STALE;
         /* Removed only if the name still holds the file checked above: a
          * new process of that pid may have just made its own. */
@@ -119,34 +156,44 @@ static int read_path(const char *path, int pid, cupool_live_page_t *out, int cle
     return r;
 }
 
-static void page_path(char *out, size_t len, const char *dir, int pid)
+/* Reads a directory entry's name: cupool.UID.PID.START.RANDOM of this
+ * user (*pid, *start); 0 when it is one. */
+static int page_name(const char *name, int *pid, unsigned long long *start)
 {
-    snprintf(out, len, "%s/%s%u.%d", dir, CUPOOL_LIVE_PREFIX, (unsigned)getuid(), pid);
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof prefix, "%s%u.", CUPOOL_LIVE_PREFIX, (unsigned)getuid());
+    if (strncmp(name, prefix, (size_t)plen) != 0) return -1;
+    const char *p = name + plen;
+    char *end;
+    errno = 0;
+    long value = strtol(p, &end, 10);
+    if (end == p || *end != '.' || value <= 0 || value > 0x7fffffff) return -1;
+    p = end + 1;
+    unsigned long long started = strtoull(p, &end, 10);
+    if (end == p || *end != '.' || errno) return -1;
+    p = end + 1;
+    if (strlen(p) != 16 || strspn(p, "0123456789abcdef") != 16) return -1;
+    *pid = (int)value;
+    *start = started;
+    return 0;
 }
 
-int live_read_pid(const char *dir, int pid, cupool_live_page_t *out, int clean)
-{
-    char path[4096];
-    page_path(path, sizeof path, live_dir(dir), pid);
-    return read_path(path, pid, out, clean);
-}
-
-cupool_live_page_t *live_scan(const char *dir, size_t *count, int clean, size_t *refused)
+/* Reads each page of the directory (of pid only, when pid > 0) into
+ * pages; *count read; the most telling failure of a page of that pid in
+ * *why. */
+static cupool_live_page_t *scan(const char *dir, int only, size_t *count, int clean, size_t *refused, int *why)
 {
     *count = 0;
     if (refused) *refused = 0;
-    dir = live_dir(dir);
+    if (why) *why = LIVE_MISSING;
     DIR *d = opendir(dir);
     if (!d) return NULL;
-    char prefix[64];
-    int plen = snprintf(prefix, sizeof prefix, "%s%u.", CUPOOL_LIVE_PREFIX, (unsigned)getuid());
     cupool_live_page_t *pages = NULL;
     size_t cap = 0;
     for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
-        char *end;
-        long pid = strtol(e->d_name + plen, &end, 10);
-        if (*end || pid <= 0 || pid > 0x7fffffff) continue;
+        int pid;
+        unsigned long long start;
+        if (page_name(e->d_name, &pid, &start) != 0 || (only > 0 && pid != only)) continue;
         if (*count == cap) {
             size_t more = cap ? 2 * cap : 16;
             cupool_live_page_t *grown = realloc(pages, more * sizeof *pages);
@@ -155,13 +202,33 @@ cupool_live_page_t *live_scan(const char *dir, size_t *count, int clean, size_t 
             cap = more;
         }
         char path[4096];
-        page_path(path, sizeof path, dir, (int)pid);
-        int r = read_path(path, (int)pid, &pages[*count], clean);
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) continue;
+        int r = read_path(path, pid, start, &pages[*count], clean);
         if (r == LIVE_OK) ++*count;
         else if (r == LIVE_REFUSED && refused) ++*refused;
+        if (why && r != LIVE_OK && (*why == LIVE_MISSING || r == LIVE_REFUSED)) *why = r;
     }
     closedir(d);
     return pages;
+}
+
+int live_read_pid(const char *dir, int pid, cupool_live_page_t *out, int clean)
+{
+    size_t n;
+    int why;
+    cupool_live_page_t *pages = scan(live_dir(dir), pid, &n, clean, NULL, &why);
+    /* Pages of that pid in other namespaces too: this one's first. */
+    size_t pick = n;
+    for (size_t i = 0; i < n; i++)
+        if (pick == n || same_namespace(pages[i].pid_ns)) pick = i;
+    if (pick < n) *out = pages[pick];
+    free(pages);
+    return pick < n ? LIVE_OK : why;
+}
+
+cupool_live_page_t *live_scan(const char *dir, size_t *count, int clean, size_t *refused)
+{
+    return scan(live_dir(dir), 0, count, clean, refused, NULL);
 }
 
 const struct live_kept_kind live_kept_kinds[CUPOOL_LIVE_KEPT_KINDS] = {
