@@ -40,6 +40,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -386,7 +388,8 @@ static int idle_clients(void)
         struct pollfd fds[N];
         int n = 0;
         struct sockaddr_un a = {.sun_family = AF_UNIX};
-        snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+        if (strlen(path) >= sizeof a.sun_path) _exit(1);
+        memcpy(a.sun_path, path, strlen(path) + 1);
         for (int i = 0; i < N; i++) {
             int s = socket(AF_UNIX, SOCK_STREAM, 0);
             struct timeval limit = {.tv_sec = 1};
@@ -485,6 +488,45 @@ static int many_exporters(void)
     return 0;
 }
 
+/* ---- item 7: no process-wide umask ------------------------------------------------ */
+
+/* The test program's own umask, exported (-rdynamic): cupool's calls to
+ * umask() come here.  The umask belongs to the whole process, so any
+ * change cupool makes, however brief, gives files another thread makes
+ * meanwhile the wrong mode. */
+static atomic_int umask_calls;
+
+mode_t umask(mode_t mask)
+{
+    atomic_fetch_add(&umask_calls, 1);
+    return (mode_t)syscall(SYS_umask, mask);
+}
+
+static int bind_umask(void)
+{
+    tl_init(0);
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, BLOCK));
+    CUipcMemHandle h;
+    CHECK_CU(cuIpcGetMemHandle(&h, p));
+    char path[256];
+    own_socket(path, sizeof path);
+    struct stat st;
+    CHECK_EQ(stat(path, &st), 0);
+    CHECK_EQ(st.st_mode & 0777, 0600);
+    printf("  umask() calls while the IPC socket was made: %d\n", atomic_load(&umask_calls));
+    CHECK_EQ(atomic_load(&umask_calls), 0);
+    /* Nothing of the making is left beside the socket. */
+    DIR *d = opendir(getenv("CUPOOL_IPC_DIR"));
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strncmp(e->d_name, ".cupool-ipc", 11) == 0) entries++;
+    if (d) closedir(d);
+    CHECK_EQ(entries, 0);
+    CHECK_CU(cuMemFree(p));
+    return 0;
+}
+
 /* ---- the cases ----------------------------------------------------------------- */
 
 typedef struct nb_case {
@@ -528,6 +570,7 @@ static const nb_case_t cases[] = {
     {"many-opens", many_opens, {NULL}, 90, NULL, NULL, NULL},
     {"idle-clients", idle_clients, {NULL}, 40, NULL, NULL, NULL},
     {"many-exporters", many_exporters, {NULL}, 40, NULL, NULL, NULL},
+    {"bind-umask", bind_umask, {NULL}, 20, NULL, NULL, NULL},
     {"log-fifo", log_fifo, {"CUPOOL_LOG=@/fifo.log", NULL}, 20, "fifo.log is a FIFO; only a regular file is a log", NULL, make_fifo},
 };
 

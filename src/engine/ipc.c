@@ -6,7 +6,7 @@
  *
  *   - the exporter's handle names this process's IPC socket (a Unix socket
  *     in CUPOOL_IPC_DIR, 0600, named by the user, the pid and 8 random
- *     bytes) and the block (16 random bytes, its tag), so a handle that is
+ *     bytes, made in a private directory and renamed into place) and the block (16 random bytes, its tag), so a handle that is
  *     stale or forged names nothing and fails instead of mapping other
  *     memory;
  *   - the importer, under cupool too, connects, checks that the socket
@@ -593,6 +593,37 @@ static void remove_stale_sockets(void)
     closedir(d);
 }
 
+/* Binds listen_fd at socket_path, owner-only (0600) from its first moment
+ * there: nobody else may even connect.  The socket is made in a private
+ * directory (0700) of the same file system, made 0600 there and renamed
+ * into place.  (A umask of 077 around bind would do it too, but the umask
+ * belongs to the whole process: another thread's files made meanwhile
+ * would get mode 0600.)  0 on success, else errno says why. */
+static int bind_private(void)
+{
+    char dir[sizeof socket_path], tmp[sizeof socket_path];
+    int n = snprintf(dir, sizeof dir, "%s/.cupool-ipc.%u.XXXXXX", ipc_dir(), (unsigned)geteuid());
+    if (n < 0 || (size_t)n + 3 > sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (!mkdtemp(dir)) return -1;
+    int r = chmod(dir, 0700);
+    snprintf(tmp, sizeof tmp, "%s/s", dir);
+    struct sockaddr_un a = socket_address(tmp);
+    if (r == 0) r = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
+    if (r == 0 && (chmod(tmp, 0600) != 0 || rename(tmp, socket_path) != 0)) {
+        int err = errno;
+        unlink(tmp);
+        errno = err;
+        r = -1;
+    }
+    int err = errno;
+    rmdir(dir);
+    errno = err;
+    return r;
+}
+
 /* Makes the socket and starts its thread; ipc_lock held.  0 on success.
  * A failure is said once and stands: every later export fails at once. */
 static int serve_try(void);
@@ -615,12 +646,8 @@ static int serve_try(void)
     remove_stale_sockets();
     listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (listen_fd < 0) return -1;
-    struct sockaddr_un a = socket_address(socket_path);
-    /* Created owner-only (0700 under umask 077, then 0600): nobody else may even connect. */
-    mode_t old = umask(077);
-    int bound = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
-    umask(old);
-    if (bound != 0 || chmod(socket_path, 0600) != 0 || listen(listen_fd, 64) != 0 ||
+    int bound = bind_private();
+    if (bound != 0 || listen(listen_fd, 64) != 0 ||
         pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         cupool_message(CUPOOL_MSG_WARN, "cannot make the IPC socket %s (%s); cuIpcGetMemHandle fails on pooled memory",
                        socket_path, strerror(errno));
