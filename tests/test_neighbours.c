@@ -527,6 +527,92 @@ static int bind_umask(void)
     return 0;
 }
 
+/* ---- item 8: a log on a full disk ------------------------------------------------ */
+
+/* The log's file may not grow past 64 KiB (RLIMIT_FSIZE, as a full disk
+ * would have it: writes beyond fail, with SIGXFSZ ignored). */
+static int log_full(void)
+{
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {64 << 10, 64 << 10};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) CHECK_FAIL("setrlimit: %s", strerror(errno));
+    tl_init(0);
+    for (int i = 0; i < 20000; i++) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAlloc(&p, 4096));
+        CHECK_CU(cuMemFree(p));
+    }
+    return 0;
+}
+
+/* Runs prog (in the build directory) on the log; its stderr. */
+static char *tool_err(const char *prog, const char *log)
+{
+    const char *b = getenv("CUPOOL_BUILDDIR");
+    char cmd[2048], err[600];
+    path_in(err, sizeof err, "tool.err");
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD= '%s/%s' -q -o /dev/null '%s' >/dev/null 2>'%s'", b ? b : ".", prog, log, err);
+    if (system(cmd) == -1) return NULL;
+    return read_file(err);
+}
+
+static int log_full_check(const tl_child_t *c)
+{
+    int bad = 0;
+    if (tl_count_substr(c->err, "cupool: warning: cannot write the log") != 1) {
+        fprintf(stderr, "log-full: the failed write is not said once\n");
+        bad = 1;
+    }
+    if (tl_count_substr(c->err, "lines could not be written") != 1) {
+        fprintf(stderr, "log-full: CUPOOL_STATS does not count the lines lost\n");
+        bad = 1;
+    }
+    char path[512];
+    path_in(path, sizeof path, "full.log");
+    char *report = tool_err("cupool-report", path);
+    printf("  cupool-report: %s", report ? report : "(nothing)\n");
+    if (!report || !strstr(report, "incomplete")) {
+        fprintf(stderr, "log-full: cupool-report does not say the log is incomplete\n");
+        bad = 1;
+    }
+    free(report);
+    unlink(path);
+    return bad;
+}
+
+/* A log written in full ends with a line saying so. */
+static int log_clean_check(const tl_child_t *c)
+{
+    (void)c;
+    char path[512];
+    path_in(path, sizeof path, "clean.log");
+    char *text = read_file(path);
+    const char *last = NULL;
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+        if (*p) last = p;
+    int ok = last && strncmp(strstr(last, "\"call\":") ? strstr(last, "\"call\":") : "", "\"call\":\"cupool.end\"", 19) == 0 &&
+             strstr(last, "\"complete\":true");
+    if (!ok) fprintf(stderr, "log-clean: the last line is not a complete end line: %s\n", last ? last : "(none)");
+    char *report = tool_err("cupool-report", path);
+    if (report && strstr(report, "incomplete")) {
+        fprintf(stderr, "log-clean: cupool-report calls a whole log incomplete: %s\n", report);
+        ok = 0;
+    }
+    free(report);
+    free(text);
+    unlink(path);
+    return ok ? 0 : 1;
+}
+
+static int log_clean(void)
+{
+    tl_init(0);
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 4096));
+    CHECK_CU(cuMemFree(p));
+    return 0;
+}
+
 /* ---- the cases ----------------------------------------------------------------- */
 
 typedef struct nb_case {
@@ -571,6 +657,8 @@ static const nb_case_t cases[] = {
     {"idle-clients", idle_clients, {NULL}, 40, NULL, NULL, NULL},
     {"many-exporters", many_exporters, {NULL}, 40, NULL, NULL, NULL},
     {"bind-umask", bind_umask, {NULL}, 20, NULL, NULL, NULL},
+    {"log-full", log_full, {"CUPOOL_LOG=@/full.log", "CUPOOL_STATS=1", NULL}, 60, NULL, log_full_check, NULL},
+    {"log-clean", log_clean, {"CUPOOL_LOG=@/clean.log", NULL}, 20, NULL, log_clean_check, NULL},
     {"log-fifo", log_fifo, {"CUPOOL_LOG=@/fifo.log", NULL}, 20, "fifo.log is a FIFO; only a regular file is a log", NULL, make_fifo},
 };
 

@@ -8,6 +8,7 @@
  */
 #include "stats.h"
 #include "options.h"
+#include "log.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -429,6 +430,11 @@ void cupool_stats_print(void)
         fputc('\n', out);
     }
     double spent = (double)hot_total(offsetof(hot_t, time_ns)) / 1e6;
+    int log_err;
+    unsigned long long lost = cupool_log_lost(&log_err);
+    if (lost || log_err)
+        fprintf(out, "cupool:   log: %llu lines could not be written (%s); the log is incomplete\n", lost,
+                strerror(log_err));
     fprintf(out, "cupool:   time in cupool %.3f ms; native calls would have cost about %.3f ms (saved about %.3f ms)\n",
             spent, (double)estimate / 1e6, (double)estimate / 1e6 - spent);
 }
