@@ -11,6 +11,9 @@
 #                 directory (unshare, as root): two of the same pid both
 #                 keep their pages, and a reader of this namespace, which
 #                 cannot see their processes, removes neither;
+#   top-total     a process is counted once per device in the totals,
+#                 however many rows its page gives it (tests/make_page
+#                 writes such pages by hand);
 # Every wait polls with a deadline.  Skipped (77) without python3.
 set -u
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
@@ -207,6 +210,19 @@ if [ "$uid" = 0 ] && unshare --pid --fork true 2>/dev/null; then
 else
     echo "test_top_neighbours: not root, or no unshare: pages of other PID namespaces are not tried"
 fi
+
+# ---- top-total: a process counted once per device ---------------------------------
+make_page=$builddir/tests/make_page
+[ -x "$make_page" ] || die "build tests/make_page first"
+mkdir "$tmp/made"
+made() { "$make_page" "$tmp/made" "$@" || die "make_page failed"; }
+page=$(made $$ --dup-device)
+total=$("$launcher" top --once --dir "$tmp/made" | grep "^ *TOTAL ")
+case $total in
+*" 1 process "*) ;;
+*) fail "top-total: one process with two rows on device 0 is counted as: $total" ;;
+esac
+rm -f "$page"
 
 [ $failed = 0 ] && echo "test_top_neighbours: ok"
 exit $failed

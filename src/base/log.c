@@ -651,8 +651,9 @@ void cupool_log_open(void)
     /* Messages go into the log too, once it is open (cupool_log_message
      * writes nothing before). */
     cupool_message_sink(cupool_log_message);
+    /* "0" means no log, as for the other switches, not a file named 0. */
     const char *pattern = cupool_option_string(CUPOOL_OPT_LOG);
-    if (!pattern || !*pattern) return;
+    if (!pattern || !*pattern || strcmp(pattern, "0") == 0) return;
     if (strcmp(pattern, "-") == 0) {
         log_fd = STDERR_FILENO;
         snprintf(log_path, sizeof log_path, "(standard error)");

@@ -106,6 +106,16 @@ typedef struct total {
     uint64_t in_use, reserved, peak_in_use, alloc_rate, free_rate, oom_retries;
 } total_t;
 
+/* Whether an earlier row is of the same process and device: a process is
+ * counted once per device, however many rows a page gives it there. */
+static int counted(const row_t *rows, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (rows[j].page == rows[i].page && rows[j].device && rows[j].device->ordinal == rows[i].device->ordinal)
+            return 1;
+    return 0;
+}
+
 static size_t make_totals(const row_t *rows, size_t nrows, total_t *totals, size_t max)
 {
     size_t n = 0;
@@ -119,7 +129,7 @@ static size_t make_totals(const row_t *rows, size_t nrows, total_t *totals, size
             memset(&totals[n], 0, sizeof totals[n]);
             totals[n++].ordinal = d->ordinal;
         }
-        totals[t].processes++;
+        if (!counted(rows, i)) totals[t].processes++;
         totals[t].in_use += d->in_use;
         totals[t].reserved += d->reserved;
         totals[t].peak_in_use += d->peak_in_use;
