@@ -52,9 +52,14 @@ static int truncate_loop(const char *path, int seconds)
     if (pread(fd, &page, sizeof page, 0) != (ssize_t)sizeof page) return perror("read"), 1;
     long long end = now_ns(CLOCK_MONOTONIC) + seconds * 1000000000ll;
     srand((unsigned)getpid());
+    /* Mostly empty (a mapping of it then has no page at all: SIGBUS for a
+     * reader that maps it), sometimes cut inside, briefly whole. */
+    struct timespec cut = {0, 500000}, whole = {0, 100000};
     while (now_ns(CLOCK_MONOTONIC) < end) {
-        if (ftruncate(fd, (off_t)(rand() % (int)sizeof page)) != 0) return perror("ftruncate"), 1;
+        if (ftruncate(fd, rand() % 4 ? 0 : (off_t)(rand() % (int)sizeof page)) != 0) return perror("ftruncate"), 1;
+        nanosleep(&cut, NULL);
         if (pwrite(fd, &page, sizeof page, 0) != (ssize_t)sizeof page) return perror("write"), 1;
+        nanosleep(&whole, NULL);
     }
     close(fd);
     return 0;

@@ -11,6 +11,13 @@
 #                 directory (unshare, as root): two of the same pid both
 #                 keep their pages, and a reader of this namespace, which
 #                 cannot see their processes, removes neither;
+#   text          a command line of bytes that are not UTF-8, escape and
+#                 BEL characters and a character cut short comes out as
+#                 valid UTF-8 in --json, /metrics, the table and stat,
+#                 with no raw control character;
+#   budgets       a page whose sequence number stays odd costs a scrape
+#                 little, and 64 silent clients keep no scrape out;
+#   truncate      cupool-top survives a page cut short while it reads it;
 #   top-total     a process is counted once per device in the totals,
 #                 however many rows its page gives it (tests/make_page
 #                 writes such pages by hand);
@@ -53,7 +60,7 @@ until_ok() {
 }
 
 cat >"$tmp/check.py" <<'PY'
-import os, socket, sys, time
+import json, os, socket, sys, time
 
 def get(connect, path="/metrics", timeout=10):
     s = connect()
@@ -112,6 +119,36 @@ elif cmd == "nobody-tcp":               # nobody-tcp PORT: exit 0 when refused
         print("nobody got:", answer[:60], file=sys.stderr)
         return 0 if answer.startswith(b"HTTP/1.1 403") and b"cupool_in_use_bytes" not in answer else 1
     sys.exit(as_nobody(try_it))
+elif cmd == "utf8":                     # utf8 [json] < output: valid UTF-8, no raw ESC or BEL
+    data = sys.stdin.buffer.read()
+    text = data.decode("utf-8")        # strict: raises on a bad byte
+    assert "\x1b" not in text and "\x07" not in text, "raw control characters: %r" % text[:200]
+    if len(sys.argv) > 2:
+        for line in text.splitlines():
+            if line.strip():
+                json.loads(line)
+elif cmd == "slow":                     # slow PORT: 64 silent clients, then 20 scrapes
+    port = int(sys.argv[2])
+    silent = []
+    for i in range(64):
+        try:
+            silent.append(tcp(port)())
+        except OSError:
+            pass
+    good = 0
+    for i in range(20):
+        try:
+            if get(tcp(port), timeout=3).startswith(b"HTTP/1.1 200"):
+                good += 1
+        except OSError:
+            pass
+    print("%d silent clients, %d of 20 scrapes answered" % (len(silent), good))
+    sys.exit(0 if good >= 18 else 1)
+elif cmd == "timed":                    # timed PORT: one scrape, its seconds
+    t0 = time.time()
+    answer = get(tcp(int(sys.argv[2])))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:60]
+    print("%.3f" % (time.time() - t0))
 elif cmd == "nobody-unix":              # nobody-unix PATH: exit 0 when refused
     path = sys.argv[2]
     def try_it():
@@ -222,6 +259,47 @@ case $total in
 *" 1 process "*) ;;
 *) fail "top-total: one process with two rows on device 0 is counted as: $total" ;;
 esac
+rm -f "$page"
+
+# ---- text: a command line of any bytes comes out as UTF-8, escaped ----------------
+# Bytes no UTF-8 has, ESC [2J (clear the screen), BEL, then a character cut
+# after its second byte (a command line cut at 255 bytes).
+page=$(made $$ --command ff1b5b324a07636166c3a9e282)
+"$launcher" top --once --json --dir "$tmp/made" | py utf8 json || fail "text: cupool top --json is not valid UTF-8 JSON"
+"$launcher" top --once --dir "$tmp/made" | py utf8 || fail "text: cupool top --once writes raw bytes"
+"$launcher" stat --dir "$tmp/made" $$ | py utf8 || fail "text: cupool stat writes raw bytes"
+CUPOOL_LIVE_DIR=$tmp/made prom_start text --prometheus 0
+py body "$port" | py utf8 || fail "text: /metrics is not valid UTF-8"
+kill "$prom"
+wait "$prom" 2>/dev/null
+rm -f "$page"
+
+# ---- budgets: slow clients and a page that never settles ----------------------------
+for i in 1 2 3; do made $$ --odd >/dev/null; done
+CUPOOL_LIVE_DIR=$tmp/made prom_start budget --prometheus 0
+took=$(py timed "$port") || fail "budgets: no answer beside pages that never settle"
+echo "test_top_neighbours: a scrape beside three pages that never settle took $took s"
+"$python" -c "import sys; sys.exit(0 if float(sys.argv[1]) < 0.3 else 1)" "${took:-9}" ||
+    fail "budgets: three pages that never settle made a scrape take $took s"
+py slow "$port" || fail "budgets: slow clients kept scrapes out"
+kill "$prom"
+wait "$prom" 2>/dev/null
+rm -f "$tmp/made"/*
+
+# ---- a page cut short while it is read -----------------------------------------------
+page=$(made $$)
+"$make_page" --truncate "$page" 4 &
+cutter=$!
+pids="$pids $cutter"
+rounds=0 bus=0
+while kill -0 "$cutter" 2>/dev/null; do
+    "$CUPOOL_TOP" --once --json --dir "$tmp/made" >/dev/null 2>&1
+    [ $? -ge 128 ] && bus=$((bus + 1))
+    rounds=$((rounds + 1))
+done
+wait "$cutter" || fail "truncate: make_page --truncate failed"
+echo "test_top_neighbours: $rounds reads of a page cut short meanwhile, $bus killed by a signal"
+[ "$bus" = 0 ] || fail "truncate: cupool-top was killed by a signal reading a page cut short ($bus of $rounds)"
 rm -f "$page"
 
 [ $failed = 0 ] && echo "test_top_neighbours: ok"

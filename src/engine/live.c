@@ -94,6 +94,16 @@ static void read_command(char *out, size_t len)
     ssize_t n = fd >= 0 ? read(fd, out, len - 1) : -1;
     if (fd >= 0) close(fd);
     if (n <= 0) n = 0;
+    /* Cut at len - 1 bytes: not inside a character (readers want UTF-8). */
+    if (n == (ssize_t)len - 1) {
+        ssize_t lead = n;
+        while (lead > 0 && n - lead < 4 && ((unsigned char)out[lead - 1] & 0xc0) == 0x80) lead--;
+        if (lead > 0 && ((unsigned char)out[lead - 1] & 0x80)) {
+            unsigned char c = (unsigned char)out[lead - 1];
+            ssize_t want = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 1;
+            if (n - (lead - 1) < want) n = lead - 1;
+        }
+    }
     out[n] = '\0';
     while (n > 0 && out[n - 1] == '\0') n--;
     for (ssize_t i = 0; i < n; i++)

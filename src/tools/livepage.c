@@ -22,12 +22,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <stddef.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define COPY_TRIES 200
+/* The most time one page may take to copy, in ns (a scrape or a refresh
+ * reads every page). */
+#define COPY_BUDGET_NS 20000000ull
 /* A page of another PID namespace not updated for this long is not shown
  * (its process may be gone; this reader cannot tell). */
 #define FOREIGN_QUIET_NS (10 * 1000000000ull)
@@ -90,24 +93,52 @@ static uint64_t realtime_ns(void)
 
 static void pause_briefly(void)
 {
-    struct timespec t = {0, 1000000};
+    struct timespec t = {0, 100000};
     nanosleep(&t, NULL);
 }
 
-/* A consistent copy of the mapped page m into out. */
-static int copy_page(const cupool_live_page_t *m, cupool_live_page_t *out)
+static uint64_t monotonic_ns(void)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* The page's sequence number, read from the file; 0 with *ok 0 when the
+ * file is too short. */
+static uint64_t read_seq(int fd, int *ok)
+{
+    uint64_t seq = 0;
+    *ok = pread(fd, &seq, sizeof seq, (off_t)offsetof(cupool_live_page_t, seq)) == (ssize_t)sizeof seq;
+    return seq;
+}
+
+/* A consistent copy of the page in fd into out: read with pread, never
+ * mapped, so that a page cut short while it is read (by anyone who can
+ * write it) fails the read instead of raising SIGBUS.  A page whose
+ * sequence number stays odd (its writer stopped mid-update, or a forged
+ * page) costs at most COPY_BUDGET_NS. */
+static int copy_page(int fd, cupool_live_page_t *out)
+{
+    uint64_t give_up = monotonic_ns() + COPY_BUDGET_NS;
     for (int i = 0; i < COPY_TRIES; i++) {
-        uint64_t before = atomic_load_explicit(&m->seq, memory_order_acquire);
+        int ok;
+        uint64_t before = read_seq(fd, &ok);
+        if (!ok) return LIVE_BAD;
         if (before & 1) {
+            if (monotonic_ns() >= give_up) break;
             pause_briefly();
             continue;
         }
-        memcpy((void *)out, (const void *)m, sizeof *out);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&m->seq, memory_order_relaxed) == before) return LIVE_OK;
+        if (pread(fd, out, sizeof *out, 0) != (ssize_t)sizeof *out) return LIVE_BAD;
+        uint64_t after = read_seq(fd, &ok);
+        if (!ok) return LIVE_BAD;
+        if (after == before && atomic_load_explicit(&out->seq, memory_order_relaxed) == before) return LIVE_OK;
+        if (monotonic_ns() >= give_up) break;
     }
-    return LIVE_BUSY;
+    /* Unsettled: read once more all the same, for who the page says it
+     * is (its process may be gone). */
+    return pread(fd, out, sizeof *out, 0) == (ssize_t)sizeof *out ? LIVE_BUSY : LIVE_BAD;
 }
 
 /* The page at path, whose name says pid and start. */
@@ -124,13 +155,7 @@ static int read_path(const char *path, int pid, unsigned long long start, cupool
         close(fd);
         return LIVE_BAD;
     }
-    void *m = mmap(NULL, sizeof *out, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        close(fd);
-        return LIVE_BAD;
-    }
-    int r = copy_page(m, out);
-    munmap(m, sizeof *out);
+    int r = copy_page(fd, out);
     /* Odd for good: its process was killed in the middle of an update
      * (which only a reader of its namespace can tell, from the name). */
     if (r == LIVE_BUSY && out->pid_ns == own_pid_ns() && out->pid == pid && out->start_time == start &&
@@ -143,7 +168,12 @@ static int read_path(const char *path, int pid, unsigned long long start, cupool
                          out->size != sizeof *out || out->pid != pid || out->start_time != start ||
                          out->uid != getuid() || out->ndevices > CUPOOL_LIVE_DEVICES))
         r = LIVE_BAD;
-    if (r == LIVE_OK) out->command[sizeof out->command - 1] = '\0';
+    if (r == LIVE_OK) {
+        out->command[sizeof out->command - 1] = '\0';
+        out->version_text[sizeof out->version_text - 1] = '\0';
+        out->policy[sizeof out->policy - 1] = '\0';
+        out->free_option[sizeof out->free_option - 1] = '\0';
+    }
     if (r == LIVE_OK && !same_namespace(out->pid_ns) && realtime_ns() - out->updated_ns > FOREIGN_QUIET_NS) r = LIVE_STALE;
     else if (r == LIVE_OK && process_gone(out)) {
         r = LIVE_STALE;
@@ -245,6 +275,70 @@ const char *live_modes(const cupool_live_device_t *d, char *buf, size_t len)
         if (d->modes & (1u << m)) o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "%s%s", o ? "+" : "", names[m]);
     if (!o) snprintf(buf, len, "%s", d->pooled ? "-" : "native");
     return buf;
+}
+
+/* ---- text from a page ------------------------------------------------------
+ * A page's strings are whatever bytes the process's command line held
+ * (cut at a byte count, perhaps inside a character) or whoever wrote the
+ * page put there: every output decodes them as UTF-8 and writes only valid
+ * UTF-8, with control characters escaped or replaced. */
+
+int live_utf8_next(const char **text, uint32_t *cp)
+{
+    const unsigned char *p = (const unsigned char *)*text;
+    if (!*p) return 0;
+    unsigned c = *p;
+    int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    uint32_t v = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+    for (int i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            len = 0;
+            break;
+        }
+        v = (v << 6) | (p[i] & 0x3f);
+    }
+    /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
+    if (len == 0 || (len == 2 && v < 0x80) || (len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10ffff ||
+        (v >= 0xd800 && v <= 0xdfff)) {
+        *text += 1;
+        *cp = LIVE_INVALID;
+        return 1;
+    }
+    *text += len;
+    *cp = v;
+    return len;
+}
+
+int live_is_control(uint32_t cp)
+{
+    return cp < 0x20 || (cp >= 0x7f && cp < 0xa0);
+}
+
+const char *live_printable(const char *text, char *out, size_t cap, size_t columns)
+{
+    size_t o = 0, cols = 0;
+    uint32_t cp;
+    const char *at = text;
+    for (int n; cols < columns && (n = live_utf8_next(&at, &cp)) > 0; cols++) {
+        if (cp == LIVE_INVALID || live_is_control(cp)) {
+            if (o + 2 > cap) break;
+            out[o++] = '?';
+            continue;
+        }
+        if (o + (size_t)n + 1 > cap) break;
+        memcpy(out + o, at - n, (size_t)n);
+        o += (size_t)n;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+size_t live_columns(const char *text)
+{
+    size_t cols = 0;
+    uint32_t cp;
+    while (live_utf8_next(&text, &cp) > 0) cols++;
+    return cols;
 }
 
 const char *live_human(double bytes, char *buf, size_t len)

@@ -11,6 +11,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* What reading one page came to. */
 enum {
@@ -45,6 +46,19 @@ const char *live_modes(const cupool_live_device_t *d, char *buf, size_t len);
 extern const struct live_kept_kind {
     const char *key, *text;
 } live_kept_kinds[CUPOOL_LIVE_KEPT_KINDS];
+
+/* The next character of NUL-terminated text as UTF-8: its code point in
+ * *cp (LIVE_INVALID for a byte that starts no valid character, which is
+ * then skipped alone), the bytes it took (0 at the end). */
+#define LIVE_INVALID 0xfffdu
+int live_utf8_next(const char **text, uint32_t *cp);
+/* C0 and C1 control characters and DEL. */
+int live_is_control(uint32_t cp);
+/* text for a terminal, into out: at most `columns` characters, each
+ * control character or byte that is not UTF-8 shown as '?'. */
+const char *live_printable(const char *text, char *out, size_t cap, size_t columns);
+/* The characters text shows (an invalid byte counts one). */
+size_t live_columns(const char *text);
 
 /* Bytes for a person: "1.5 GiB". */
 const char *live_human(double bytes, char *buf, size_t len);

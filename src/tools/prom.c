@@ -3,9 +3,12 @@
  * text exposition format (version 0.0.4) at http://127.0.0.1:PORT/metrics.
  * One thread and one poll loop: every client socket is non-blocking, a
  * request may be at most REQUEST_MAX bytes and must arrive, and its answer
- * leave, within CLIENT_TIMEOUT_MS; beyond MAX_CLIENTS at once a connection
- * is closed at once.  So a slow or broken client costs a slot for a few
- * seconds, never the server.
+ * leave, within CLIENT_TIMEOUT_MS; beyond MAX_CLIENTS at once the client
+ * that has been sending its request longest gives up its slot to the new
+ * one (a client that is being answered keeps it).  So slow or broken
+ * clients, however many, cost a slot for a few seconds and can never keep
+ * a scrape out; and a page that never settles costs a scrape at most 20 ms
+ * (livepage.c).
  *
  * The counters are the user's: only loopback is listened on, and a TCP
  * client is answered only when the kernel's table of connections
@@ -70,13 +73,18 @@ static const metric_t kept_metrics[] = {
     {"cupool_kept_frees_total", "counter", "Frees of tracked pinned host or managed blocks.", KEPT(frees)},
 };
 
-/* A label value: backslash, double quote and newline escaped. */
+/* A label value, valid UTF-8 whatever the page holds (Prometheus rejects
+ * the whole scrape otherwise): backslash, double quote and newline
+ * escaped, other control characters left out, a byte that is not UTF-8
+ * written as U+FFFD. */
 static void put_label(FILE *out, const char *text)
 {
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '\\' || *p == '"') fprintf(out, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", out);
-        else if (*p >= 0x20 && *p != 0x7f) fputc(*p, out);
+    uint32_t cp;
+    for (int n; (n = live_utf8_next(&text, &cp)) > 0;) {
+        if (cp == '\\' || cp == '"') fprintf(out, "\\%c", (char)cp);
+        else if (cp == '\n') fputs("\\n", out);
+        else if (cp == LIVE_INVALID) fputs("\xef\xbf\xbd", out);
+        else if (!live_is_control(cp)) fwrite(text - n, 1, (size_t)n, out);
     }
 }
 
@@ -429,8 +437,17 @@ int prom_serve(const char *dir, int port, const char *path, int command_lines, v
                 client_t *slot = NULL;
                 for (int i = 0; i < MAX_CLIENTS && !slot; i++)
                     if (clients[i].fd < 0) slot = &clients[i];
+                /* Full: the client still sending its request since the
+                 * longest gives its slot up (its deadline is the
+                 * earliest); with every slot being answered, the new one
+                 * is turned away and may try again. */
+                for (int i = 0; i < MAX_CLIENTS && (!slot || slot->fd >= 0); i++) {
+                    client_t *c = &clients[i];
+                    if (!c->answer && (!slot || c->deadline_ms < slot->deadline_ms)) slot = c;
+                }
+                if (slot && slot->fd >= 0) drop(slot);
                 if (!slot) {
-                    close(cfd); /* full: the client may try again */
+                    close(cfd);
                     continue;
                 }
                 slot->fd = cfd;

@@ -197,15 +197,17 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
         }
         const cupool_live_page_t *p = rows[i].page;
         const cupool_live_device_t *d = rows[i].device;
-        char command[21];
-        snprintf(command, sizeof command, "%.20s", p->command);
+        /* 20 characters, padded by hand: %-20s counts bytes. */
+        char command[128];
+        live_printable(p->command, command, sizeof command - 20, 20);
+        for (size_t c = live_columns(command); c < 20; c++) strcat(command, " ");
         if (d)
-            snprintf(line, sizeof line, "%7d %-20s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
+            snprintf(line, sizeof line, "%7d %s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
                      (int)d->ordinal, live_human((double)d->in_use, b1, sizeof b1),
                      live_human((double)d->reserved, b2, sizeof b2), live_human((double)d->peak_in_use, b3, sizeof b3),
                      (unsigned long long)d->alloc_rate, (unsigned long long)d->free_rate,
                      live_modes(d, modes, sizeof modes), (unsigned long long)d->oom_retries);
-        else snprintf(line, sizeof line, "%7d %-20s %3s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-",
+        else snprintf(line, sizeof line, "%7d %s %3s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-",
                       "-", "-", "-", "-", "-", "-", "-");
         put_line(out, line, width, eol);
         used++;
@@ -235,13 +237,16 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
 
 /* ---- JSON ----------------------------------------------------------------- */
 
+/* A JSON string, valid UTF-8 whatever the page holds: control
+ * characters escaped, a byte that is not UTF-8 as \ufffd. */
 static void put_json_string(FILE *out, const char *s)
 {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
+    uint32_t cp;
+    for (int n; (n = live_utf8_next(&s, &cp)) > 0;) {
+        if (cp == '"' || cp == '\\') fprintf(out, "\\%c", (char)cp);
+        else if (live_is_control(cp) || cp == LIVE_INVALID) fprintf(out, "\\u%04x", (unsigned)cp);
+        else fwrite(s - n, 1, (size_t)n, out);
     }
     fputc('"', out);
 }
@@ -301,9 +306,15 @@ static void print_stat(FILE *out, const cupool_live_page_t *p)
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     uint64_t now = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-    fprintf(out, "cupool: statistics for pid %d (policy %s, free mode %s)\n", (int)p->pid, p->policy, p->free_option);
-    fprintf(out, "cupool:   command: %s\n", p->command);
-    fprintf(out, "cupool:   cupool %s; updated %.1f s ago (update %llu, every %u ms)\n", p->version_text,
+    /* Nothing of the page reaches the terminal raw (escape sequences). */
+    char policy[64], free_option[64], command[4 * CUPOOL_LIVE_COMMAND], version[64];
+    live_printable(p->policy, policy, sizeof policy, sizeof p->policy);
+    live_printable(p->free_option, free_option, sizeof free_option, sizeof p->free_option);
+    live_printable(p->command, command, sizeof command, CUPOOL_LIVE_COMMAND);
+    live_printable(p->version_text, version, sizeof version, sizeof p->version_text);
+    fprintf(out, "cupool: statistics for pid %d (policy %s, free mode %s)\n", (int)p->pid, policy, free_option);
+    fprintf(out, "cupool:   command: %s\n", command);
+    fprintf(out, "cupool:   cupool %s; updated %.1f s ago (update %llu, every %u ms)\n", version,
             now > p->updated_ns ? (double)(now - p->updated_ns) / 1e9 : 0.0, U(p->updates), p->interval_ms);
     for (uint32_t k = 0; k < p->ndevices; k++) {
         const cupool_live_device_t *d = &p->device[k];
