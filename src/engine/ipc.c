@@ -593,12 +593,14 @@ static void remove_stale_sockets(void)
     closedir(d);
 }
 
-/* Binds listen_fd at socket_path, owner-only (0600) from its first moment
- * there: nobody else may even connect.  The socket is made in a private
- * directory (0700) of the same file system, made 0600 there and renamed
- * into place.  (A umask of 077 around bind would do it too, but the umask
- * belongs to the whole process: another thread's files made meanwhile
- * would get mode 0600.)  0 on success, else errno says why. */
+/* Binds listen_fd at socket_path, owner-only (0600) and listening from its
+ * first moment there: nobody else may even connect, and another process's
+ * sweep never finds it refusing connections (it would remove it as
+ * stale).  The socket is made in a private directory (0700) of the same
+ * file system, made 0600 and listening there and renamed into place.  (A
+ * umask of 077 around bind would do the first too, but the umask belongs
+ * to the whole process: another thread's files made meanwhile would get
+ * mode 0600.)  0 on success, else errno says why. */
 static int bind_private(void)
 {
     char dir[sizeof socket_path], tmp[sizeof socket_path];
@@ -612,7 +614,7 @@ static int bind_private(void)
     snprintf(tmp, sizeof tmp, "%s/s", dir);
     struct sockaddr_un a = socket_address(tmp);
     if (r == 0) r = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
-    if (r == 0 && (chmod(tmp, 0600) != 0 || rename(tmp, socket_path) != 0)) {
+    if (r == 0 && (chmod(tmp, 0600) != 0 || listen(listen_fd, 64) != 0 || rename(tmp, socket_path) != 0)) {
         int err = errno;
         unlink(tmp);
         errno = err;
@@ -647,7 +649,7 @@ static int serve_try(void)
     listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (listen_fd < 0) return -1;
     int bound = bind_private();
-    if (bound != 0 || listen(listen_fd, 64) != 0 ||
+    if (bound != 0 ||
         pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         cupool_message(CUPOOL_MSG_WARN, "cannot make the IPC socket %s (%s); cuIpcGetMemHandle fails on pooled memory",
                        socket_path, strerror(errno));
