@@ -59,7 +59,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IPC_MAGIC "cupoolH1"
+/* H2: requests say open or close and carry a sequence number (one
+ * connection per exporter); a handle of an H1 cupool is none of ours. */
+#define IPC_MAGIC "cupoolH2"
 #define IPC_SOCKET_PREFIX "cupool-ipc."
 /* What an open answers for a handle that names nothing it can reach: a
  * forged one, one whose block is gone, one of a process that has ended. */
