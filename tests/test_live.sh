@@ -213,7 +213,8 @@ start() {
     until_ok 20 test -s "$dir/ready" || fail "live_alloc did not start: $(cat "$dir/stats.err")"
     [ "$(cat "$dir/ready")" = "$pid" ] || fail "live_alloc's pid is $(cat "$dir/ready"), not $pid"
 }
-page_of() { echo "$CUPOOL_LIVE_DIR/cupool.$uid.$1"; }
+# The page of a pid (cupool.UID.PID.START.RANDOM), or nothing.
+page_of() { for f in "$CUPOOL_LIVE_DIR/cupool.$uid.$1".*; do [ -e "$f" ] && echo "$f" && break; done; }
 
 # ---- CUPOOL_LIVE=0: no page (one would be there before ready) --------------
 start off --no-live
@@ -263,8 +264,8 @@ printf '%s\n' "$out" | grep -q "^ *TOTAL " || fail "no totals in: $out"
 # A copy of main's page that says it is this shell's (alive), with the right
 # start time: accepted while private, refused with mode 0644 or another owner.
 shell_start=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20)
-fake=$(page_of $$)
-patch_page() { # patch_page PID START_TIME: main's page, as pid's
+patch_page() { # patch_page PID START_TIME: main's page, as pid's; sets $fake
+    fake=$CUPOOL_LIVE_DIR/cupool.$uid.$1.$2.0123456789abcdef
     "$python" - "$(page_of "$main")" "$fake" "$1" "$2" <<'PY'
 import struct, sys
 src, dst, pid, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

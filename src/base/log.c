@@ -10,7 +10,11 @@
  * Everything is written before the process exits, and calls the exiting
  * thread makes after that (later exit handlers) are written as they come.
  * The file is opened without following a symbolic link, mode 0600, and
- * must belong to the user.  The call bracket's out-of-line end, which logs
+ * must be a regular file of the user.  A write that fails (a full disk) is
+ * said once, its lines are counted (CUPOOL_STATS), and the log's end line
+ * ("cupool.end", written at exit) says whether every line was written; the
+ * start line's "end_line" tells a reader to expect one, so that a log
+ * without it is known to be cut short.  The call bracket's out-of-line end, which logs
  * and counts a timed call (cupool_call_end_timed), is here too.
  */
 #include "log.h"
@@ -92,15 +96,64 @@ static int queued, spares, writer_state;
  * lets the child, which has no writer, take the chunk back. */
 static chunk_t *in_writer;
 
+/* Lines that could not be written, the first failure's errno, whether it
+ * has been said, and whether the file ends in the middle of a line (a write
+ * cut short): the next write starts a new line, so that the torn one stays
+ * a line of its own that readers reject, not the start of the next. */
+static atomic_ullong lost_lines;
+static atomic_int write_errno, failure_said;
+static int torn; /* under write_lock */
+static char log_path[4096];
+
+/* A write that failed: the lines of what is left are lost. */
+static void write_failed(int err, const char *data, size_t len)
+{
+    int none = 0;
+    atomic_compare_exchange_strong(&write_errno, &none, err ? err : EIO);
+    unsigned long long lines = 0;
+    for (size_t i = 0; i < len; i++) lines += data[i] == '\n';
+    atomic_fetch_add(&lost_lines, lines);
+}
+
 static void write_all(const char *data, size_t len)
 {
+    if (!len) return;
+    if (torn) {
+        ssize_t n;
+        do n = write(log_fd, "\n", 1);
+        while (n < 0 && errno == EINTR);
+        if (n != 1) {
+            write_failed(n < 0 ? errno : 0, data, len);
+            return;
+        }
+        torn = 0;
+    }
     while (len) {
         ssize_t n = write(log_fd, data, len);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;
+        if (n <= 0) {
+            write_failed(n < 0 ? errno : 0, data, len);
+            return;
+        }
         data += n;
         len -= (size_t)n;
+        torn = data[-1] != '\n';
     }
+}
+
+/* Says once that the log is incomplete; never called with write_lock held
+ * (the message goes into the log too). */
+static void say_failure(void)
+{
+    if (!atomic_load_explicit(&write_errno, memory_order_relaxed) || atomic_exchange(&failure_said, 1)) return;
+    cupool_message(CUPOOL_MSG_WARN, "cannot write the log %s (%s): it is incomplete; its end line and CUPOOL_STATS count the lines lost",
+                   log_path, strerror(atomic_load(&write_errno)));
+}
+
+unsigned long long cupool_log_lost(int *err)
+{
+    *err = atomic_load(&write_errno);
+    return atomic_load(&lost_lines);
 }
 
 /* Written chunks are kept for reuse, a few of them. */
@@ -260,12 +313,18 @@ static void *writer_main(void *arg)
     /* A round of hand_off_stale is due at a fixed time, however often
      * hand-offs wake the writer before it. */
     struct timespec stale_round = flush_deadline();
+    unsigned rounds = 0;
     pthread_mutex_lock(&queue_lock);
     for (;;) {
         if (passed(&stale_round)) {
             pthread_mutex_unlock(&queue_lock);
             hand_off_stale();
             stale_round = flush_deadline();
+            /* Every third round (300 ms): once the program's threads have
+             * all ended, the writer ends too, so that the process can; the
+             * exit flush, run by whichever of cupool's threads ends last,
+             * writes what is left. */
+            if (++rounds % 3 == 0 && cupool_threads_alone()) break;
             pthread_mutex_lock(&queue_lock);
         }
         if (!queue_head || atomic_load(&log_exited)) {
@@ -282,10 +341,16 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&queue_lock);
         write_entries(c);
         pthread_mutex_unlock(&write_lock);
+        say_failure();
         pthread_mutex_lock(&queue_lock);
         in_writer = NULL;
         recycle_locked(c);
     }
+    /* Lines handed over from now on are written by the threads that hand
+     * them over. */
+    pthread_mutex_lock(&queue_lock);
+    writer_state = WRITER_FAILED;
+    pthread_mutex_unlock(&queue_lock);
     return NULL;
 }
 
@@ -313,6 +378,7 @@ static void write_queue_then_unlock(const chunk_t *own, const char *line, size_t
     if (own) write_entries(own);
     if (line) write_all(line, len);
     pthread_mutex_unlock(&write_lock);
+    say_failure();
     recycle_list(older);
     pthread_setcancelstate(cancel_state, NULL);
 }
@@ -466,21 +532,46 @@ static void expand_path(const char *pattern, char *out, size_t len)
     out[o < len ? o : len - 1] = '\0';
 }
 
+/* What a path that is not a regular file is, for a message; NULL when it
+ * is one (or there is nothing there). */
+static const char *not_regular(mode_t mode)
+{
+    if (S_ISREG(mode)) return NULL;
+    if (S_ISLNK(mode)) return "a symbolic link, which cupool does not follow";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+    return "something else";
+}
+
+/* Only a regular file of this user is a log.  Opened without blocking: a
+ * FIFO planted at a guessable path would otherwise hold the program at its
+ * start until someone reads it; what is there is then named, whatever error
+ * the open gave (in a sticky directory the kernel answers EACCES for a link
+ * or FIFO of another user's, ELOOP for a link). */
 static int open_log(const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+    struct stat st;
     if (fd < 0) {
-        if (errno == ELOOP)
-            cupool_message(CUPOOL_MSG_WARN, "not logging: %s is a symbolic link, which cupool refuses to follow", path);
-        else cupool_message(CUPOOL_MSG_WARN, "not logging: cannot open %s: %s", path, strerror(errno));
+        int err = errno;
+        const char *what = lstat(path, &st) == 0 ? not_regular(st.st_mode) : NULL;
+        if (what) cupool_message(CUPOOL_MSG_WARN, "not logging: %s is %s; only a regular file is a log", path, what);
+        else cupool_message(CUPOOL_MSG_WARN, "not logging: cannot open %s: %s", path, strerror(err));
         return -1;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-        cupool_message(CUPOOL_MSG_WARN, "not logging: %s is not a regular file of this user", path);
+    const char *what = fstat(fd, &st) != 0 ? "cannot be examined" : not_regular(st.st_mode);
+    if (what || st.st_uid != geteuid()) {
+        if (what) cupool_message(CUPOOL_MSG_WARN, "not logging: %s is %s; only a regular file is a log", path, what);
+        else cupool_message(CUPOOL_MSG_WARN, "not logging: %s belongs to another user", path);
         close(fd);
         return -1;
     }
+    /* Writes to a regular file never wait anyway; the flag is dropped so
+     * that the file's descriptor is an ordinary one. */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     return fd;
 }
 
@@ -530,10 +621,13 @@ static void fork_child(void)
     }
     pthread_mutex_unlock(&buffers_lock);
     if (log_fd != STDERR_FILENO && strstr(log_pattern, "%p")) {
-        char path[sizeof log_pattern + 16];
-        expand_path(log_pattern, path, sizeof path);
+        expand_path(log_pattern, log_path, sizeof log_path);
         close(log_fd);
-        log_fd = open_log(path);
+        log_fd = open_log(log_path);
+        atomic_store(&lost_lines, 0);
+        atomic_store(&write_errno, 0);
+        atomic_store(&failure_said, 0);
+        torn = 0;
         /* The start line waits for the child's first line: a child that
          * execs writes its own from the new image instead. */
         if (log_fd >= 0) start_line_due = 1;
@@ -546,7 +640,7 @@ static void write_start_line(void)
     char line[LINE_MAX_BYTES];
     int n = snprintf(line, sizeof line,
                      "{\"t\":%llu,\"call\":\"cupool.start\",\"pid\":%d,\"version\":\"%s\",\"policy\":\"%s\","
-                     "\"free\":\"%s\",\"memset\":\"%s\"}\n",
+                     "\"free\":\"%s\",\"memset\":\"%s\",\"end_line\":true}\n",
                      (unsigned long long)cupool_now_ns(), (int)getpid(), PACKAGE_VERSION,
                      cupool_option_string(CUPOOL_OPT_POLICY), cupool_option_string(CUPOOL_OPT_FREE),
                      cupool_option_string(CUPOOL_OPT_MEMSET));
@@ -558,14 +652,15 @@ void cupool_log_open(void)
     /* Messages go into the log too, once it is open (cupool_log_message
      * writes nothing before). */
     cupool_message_sink(cupool_log_message);
+    /* "0" means no log, as for the other switches, not a file named 0. */
     const char *pattern = cupool_option_string(CUPOOL_OPT_LOG);
-    if (!pattern || !*pattern) return;
+    if (!pattern || !*pattern || strcmp(pattern, "0") == 0) return;
     if (strcmp(pattern, "-") == 0) {
         log_fd = STDERR_FILENO;
+        snprintf(log_path, sizeof log_path, "(standard error)");
     } else {
-        char path[4096];
-        expand_path(pattern, path, sizeof path);
-        if ((log_fd = open_log(path)) < 0) return;
+        expand_path(pattern, log_path, sizeof log_path);
+        if ((log_fd = open_log(log_path)) < 0) return;
     }
     init_queue_cond();
     pthread_key_create(&buffer_key, thread_done);
@@ -777,6 +872,17 @@ void cupool_log_flush(void)
     pthread_mutex_unlock(&buffers_lock);
     pthread_mutex_lock(&queue_lock);
     write_queue_then_unlock(NULL, NULL, 0);
+    /* The end line: whether every line before it was written. */
+    int err;
+    unsigned long long lost = cupool_log_lost(&err);
+    char line[LINE_MAX_BYTES];
+    int n = lost || err ? snprintf(line, sizeof line,
+                                   "{\"t\":%llu,\"call\":\"cupool.end\",\"pid\":%d,\"complete\":false,\"lost_lines\":%llu,"
+                                   "\"error\":\"%s\"}\n",
+                                   (unsigned long long)cupool_now_ns(), (int)getpid(), lost, strerror(err))
+                        : snprintf(line, sizeof line, "{\"t\":%llu,\"call\":\"cupool.end\",\"pid\":%d,\"complete\":true}\n",
+                                   (unsigned long long)cupool_now_ns(), (int)getpid());
+    if (n > 0 && (size_t)n < sizeof line) write_line_now(line, (size_t)n);
 }
 
 /* ---- the call bracket (base.h) -------------------------------------------- */

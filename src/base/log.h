@@ -65,6 +65,9 @@ void cupool_log_open(void);
 void cupool_log_call(const cupool_call_t *c, CUresult result, uint64_t end_ns);
 void cupool_log_message(int level, const char *text);
 void cupool_log_flush(void);
+/* Lines of the log that could not be written, and the first failure's
+ * errno (*err, 0: none). */
+unsigned long long cupool_log_lost(int *err);
 extern int cupool_log_level; /* -1 when no log */
 
 #endif

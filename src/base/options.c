@@ -180,12 +180,14 @@ static void parse_all(void)
         if (!text) continue;
         uint64_t value;
         if (parse_value(row, text, &value) != 0) {
+            /* Never rate-limited: each option warns once, however many
+             * of them are bad. */
             if (refuse[i]) {
                 refused++;
-                cupool_message(CUPOOL_MSG_ERROR, "%s=\"%s\": expected %s", row->env, text, expected(row));
+                cupool_message_always(CUPOOL_MSG_ERROR, "%s=\"%s\": expected %s", row->env, text, expected(row));
             } else
-                cupool_message(CUPOOL_MSG_WARN, "ignoring %s=\"%s\": expected %s; using the default %s", row->env,
-                               text, expected(row), row->fallback);
+                cupool_message_always(CUPOOL_MSG_WARN, "ignoring %s=\"%s\": expected %s; using the default %s",
+                                      row->env, text, expected(row), row->fallback);
             continue;
         }
         cupool_option_values[i] = value;
@@ -260,7 +262,7 @@ void cupool_options_print(void)
  * printed MESSAGE_REPEATS times, then once more to say the rest are dropped.
  * Never exits and never allocates on the device. */
 
-#define MESSAGE_REPEATS 16 /* more than there are options, each of which may warn once */
+#define MESSAGE_REPEATS 16 /* of one call site; the options' warnings are not counted (cupool_message_always) */
 #define MESSAGE_SITES 64
 
 static _Atomic(cupool_message_sink_fn *) message_sink;
@@ -292,16 +294,10 @@ static int rate(const char *fmt)
     return 1; /* more call sites than slots: never drop */
 }
 
-void cupool_message(int level, const char *fmt, ...)
+static void message_v(int level, int verdict, const char *fmt, va_list args)
 {
-    if (level == CUPOOL_MSG_INFO && !cupool_option(CUPOOL_OPT_VERBOSE)) return;
-    int verdict = level == CUPOOL_MSG_INFO ? 1 : rate(fmt);
-    if (!verdict) return;
     char text[512];
-    va_list args;
-    va_start(args, fmt);
     vsnprintf(text, sizeof text, fmt, args);
-    va_end(args);
     static const char *const prefix[] = {"error: ", "warning: ", ""};
     char line[680];
     int n = snprintf(line, sizeof line, "cupool: %s%s%s\n", prefix[level], text,
@@ -312,4 +308,23 @@ void cupool_message(int level, const char *fmt, ...)
     (void)unused;
     cupool_message_sink_fn *sink = atomic_load_explicit(&message_sink, memory_order_acquire);
     if (sink) sink(level, text);
+}
+
+void cupool_message(int level, const char *fmt, ...)
+{
+    if (level == CUPOOL_MSG_INFO && !cupool_option(CUPOOL_OPT_VERBOSE)) return;
+    int verdict = level == CUPOOL_MSG_INFO ? 1 : rate(fmt);
+    if (!verdict) return;
+    va_list args;
+    va_start(args, fmt);
+    message_v(level, verdict, fmt, args);
+    va_end(args);
+}
+
+void cupool_message_always(int level, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    message_v(level, 1, fmt, args);
+    va_end(args);
 }

@@ -34,13 +34,13 @@
       "ordered: the pool calls of threads allocating at once made in a row by one of them, each thread's by itself, or the first unless a CUDA tool is attached") \
     X(MEMSET, "CUPOOL_MEMSET", ENUM, "auto", "auto|kernel|native",                                            \
       "graph memset nodes on stream-ordered memory: rewrite where the driver rejects them, always, or never") \
-    X(LOG, "CUPOOL_LOG", STRING, "", NULL, "JSON-lines call log path (%p = pid, - = stderr); empty = no log")  \
+    X(LOG, "CUPOOL_LOG", STRING, "", NULL, "JSON-lines call log path (%p = pid, - = stderr); empty or 0 = no log")  \
     X(LOG_LEVEL, "CUPOOL_LOG_LEVEL", ENUM, "call", "error|warn|call",                                         \
       "what the log holds: failed calls, failed calls and warnings, or every call")                          \
     X(STATS, "CUPOOL_STATS", BOOL, "0", NULL, "print a summary at exit")                                     \
     X(VERBOSE, "CUPOOL_VERBOSE", BOOL, "0", NULL, "print every effective option at start")                  \
     X(LIVE, "CUPOOL_LIVE", BOOL, "1", NULL,                                                                     \
-      "publish live statistics for cupool top and cupool stat in CUPOOL_LIVE_DIR/cupool.UID.PID, updated 4 times a second") \
+      "publish live statistics for cupool top and cupool stat in CUPOOL_LIVE_DIR/cupool.UID.PID.START.RANDOM, updated 4 times a second") \
     X(LIVE_DIR, "CUPOOL_LIVE_DIR", STRING, "/dev/shm", NULL, "directory of the live statistics pages")              \
     X(IPC, "CUPOOL_IPC", BOOL, "1", NULL,                                                                        \
       "make pools exportable so that cuIpcGetMemHandle works on pooled memory between processes under cupool")   \
@@ -118,6 +118,9 @@ int cupool_cuda_tool_attached(void);
 enum { CUPOOL_MSG_ERROR, CUPOOL_MSG_WARN, CUPOOL_MSG_INFO };
 /* One line "cupool: ..." on stderr (and into the log); never exits. */
 void cupool_message(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, never rate-limited: for messages that each come once by nature
+ * (one per option), however many of them there are. */
+void cupool_message_always(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Same, but printed once per call site. */
 #define cupool_message_once(level, ...)                                                                     \
     do {                                                                                                    \

@@ -11,13 +11,18 @@
 #include "real_driver.h"
 #include "options.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- the tables generated from symbols.h --------------------------------- */
 
@@ -139,10 +144,92 @@ const char *cupool_result_name(CUresult result)
     return "CUDA_ERROR_UNKNOWN";
 }
 
-/* ---- the spin lock's contended case (base.h) --------------------------- */
+/* ---- cupool's own threads ------------------------------------------------ */
+
+/* The kernel thread ids of cupool's threads running in this process (0: a
+ * free slot).  A program whose main thread calls pthread_exit ends when its
+ * last thread does: each of cupool's threads looks now and then whether
+ * only cupool's are left (cupool_threads_alone) and ends then, or the
+ * process would never exit. */
+#define OWN_THREADS 8
+static atomic_int own_tids[OWN_THREADS];
+static pthread_once_t own_once = PTHREAD_ONCE_INIT;
+
+/* A fork()ed child runs none of its parent's threads. */
+static void own_fork_child(void)
+{
+    for (int i = 0; i < OWN_THREADS; i++) atomic_store(&own_tids[i], 0);
+}
+
+static void own_init(void)
+{
+    pthread_atfork(NULL, NULL, own_fork_child);
+}
+
+typedef struct thread_start {
+    void *(*main_fn)(void *);
+} thread_start_t;
+
+static void *own_thread(void *arg)
+{
+    thread_start_t start = *(thread_start_t *)arg;
+    free(arg);
+    int tid = (int)syscall(SYS_gettid), slot = -1;
+    for (int i = 0; i < OWN_THREADS && slot < 0; i++) {
+        int free_slot = 0;
+        if (atomic_compare_exchange_strong(&own_tids[i], &free_slot, tid)) slot = i;
+    }
+    void *result = start.main_fn(NULL);
+    if (slot >= 0) atomic_store(&own_tids[slot], 0);
+    return result;
+}
+
+static int is_own(int tid)
+{
+    for (int i = 0; i < OWN_THREADS; i++)
+        if (atomic_load_explicit(&own_tids[i], memory_order_relaxed) == tid) return 1;
+    return 0;
+}
+
+/* Whether the thread of /proc/self/task/TID has ended (a zombie, or gone). */
+static int task_ended(int tid)
+{
+    char path[64], text[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    text[n] = '\0';
+    /* The state follows the command name, which may hold ')'. */
+    const char *p = strrchr(text, ')');
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+int cupool_threads_alone(void)
+{
+    /* The main thread first, one small read: the rest only once it ended. */
+    if (!task_ended((int)getpid())) return 0;
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return 0;
+    int others = 0, self = (int)syscall(SYS_gettid);
+    for (struct dirent *e; !others && (e = readdir(dir));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int tid = atoi(e->d_name);
+        if (tid == self || tid == (int)getpid() || is_own(tid)) continue;
+        others = !task_ended(tid);
+    }
+    closedir(dir);
+    return !others;
+}
 
 int cupool_thread_start(void *(*main_fn)(void *), const char *name)
 {
+    pthread_once(&own_once, own_init);
+    thread_start_t *start = malloc(sizeof *start);
+    if (!start) return -1;
+    start->main_fn = main_fn;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -152,12 +239,15 @@ int cupool_thread_start(void *(*main_fn)(void *), const char *name)
     /* The default stack size: a program's static TLS lives on every
      * thread's stack, and a small fixed one may not hold it. */
     ok = ok && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-         pthread_create(&thread, &attr, main_fn, NULL) == 0;
+         pthread_create(&thread, &attr, own_thread, start) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (ok) pthread_setname_np(thread, name);
+    else free(start);
     return ok ? 0 : -1;
 }
+
+/* ---- the spin lock's contended case (base.h) --------------------------- */
 
 void cupool_spin_wait(cupool_spinlock_t *lock)
 {

@@ -47,6 +47,10 @@ void cupool_spin_wait(cupool_spinlock_t *lock);
  * publisher): detached, named, with every signal blocked so that the
  * program's signals stay with the program's threads; 0 when it runs. */
 int cupool_thread_start(void *(*main_fn)(void *), const char *name);
+/* Whether every thread of the program has ended (its main thread called
+ * pthread_exit, the others returned) and only cupool's are left: the
+ * calling thread of cupool's must then end, or the process never would. */
+int cupool_threads_alone(void);
 
 static inline void cupool_spin_lock(cupool_spinlock_t *lock)
 {

@@ -9,6 +9,7 @@
  */
 #include "stats.h"
 #include "options.h"
+#include "log.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -435,6 +436,11 @@ void cupool_stats_print(void)
         fputc('\n', out);
     }
     double spent = (double)hot_total(offsetof(hot_t, time_ns)) / 1e6;
+    int log_err;
+    unsigned long long lost = cupool_log_lost(&log_err);
+    if (lost || log_err)
+        fprintf(out, "cupool:   log: %llu lines could not be written (%s); the log is incomplete\n", lost,
+                strerror(log_err));
     /* The estimate comes from GPU measurements: beside a simulated time it
      * would compare a GPU's costs with the simulator's. */
     if (simulated)

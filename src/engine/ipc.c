@@ -7,7 +7,7 @@
  *
  *   - the exporter's handle names this process's IPC socket (a Unix socket
  *     in CUPOOL_IPC_DIR, 0600, named by the user, the pid and 8 random
- *     bytes) and the block (16 random bytes, its tag), so a handle that is
+ *     bytes, made in a private directory and renamed into place) and the block (16 random bytes, its tag), so a handle that is
  *     stale or forged names nothing and fails instead of mapping other
  *     memory;
  *   - the importer, under cupool too, connects, checks that the socket
@@ -21,9 +21,17 @@
  * namespace, and containers that share the IPC namespace (and so
  * /dev/shm) often do not share the network one.
  *
- * Each open keeps its connection, and the exporter counts a block open for
- * as long as the connection lives: cuIpcCloseMemHandle closes it, and so
- * does the end of an importing process, however it ends.  A block the
+ * An importing process keeps one connection to each exporter it has
+ * blocks of open, whatever their number, and says on it which blocks it
+ * opens and closes; the exporter counts a block open for as long as the
+ * connection lives: the last cuIpcCloseMemHandle of that exporter's blocks
+ * closes it, and so does the end of the importing process, however it ends.
+ * The importer's imported pool of an exporter's pool goes with the last
+ * block it has open from it.  The exporter holds at most a quarter of its
+ * descriptor limit in connections, closes one that asks nothing for
+ * IPC_IDLE_S, and, out of descriptors, turns connections away at once
+ * (the opener gets CUDA_ERROR_OPERATING_SYSTEM) instead of letting them
+ * wait or spinning on its listening socket.  A block the
  * program frees while another process has it open stays out of its pool
  * (parked) until the last of them closes it; then the server thread hands
  * it back.  Natively that free is undefined; here neither process crashes
@@ -45,18 +53,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
-#define IPC_MAGIC "cupoolH1"
+/* H2: requests say open or close and carry a sequence number (one
+ * connection per exporter); a handle of an H1 cupool is none of ours. */
+#define IPC_MAGIC "cupoolH2"
 #define IPC_SOCKET_PREFIX "cupool-ipc."
 /* What an open answers for a handle that names nothing it can reach: a
  * forged one, one whose block is gone, one of a process that has ended. */
 #define IPC_BAD_HANDLE CUDA_ERROR_INVALID_VALUE
 /* How long an open waits for the exporter's answer, in seconds. */
 #define IPC_ANSWER_S 10
+/* How often, at most, the server thread looks whether it is alone. */
+#define IPC_ALONE_MS 250
+/* How long an exporter keeps a connection that holds no block open and
+ * asks nothing, in seconds. */
+#define IPC_IDLE_S 5
 
 /* The 64 bytes of a CUipcMemHandle cupool makes. */
 typedef struct {
@@ -69,13 +86,21 @@ typedef struct {
 } ipc_handle_t;
 _Static_assert(sizeof(ipc_handle_t) == sizeof(CUipcMemHandle), "a cupool handle fills a CUipcMemHandle");
 
+/* What an importer says on its connection: open a block (answered with an
+ * ipc_reply_t and the pool's descriptor) or close one (not answered). */
+enum { IPC_OPEN = 1, IPC_CLOSE = 2 };
 typedef struct {
     char magic[8];
+    uint32_t op;
+    uint32_t unused;
+    uint64_t seq; /* echoed by the reply: an answer that came too late is told from the next */
     uint8_t tag[16];
 } ipc_request_t;
 
 typedef struct {
     int32_t status; /* CUresult */
+    uint32_t unused;
+    uint64_t seq;
     uint64_t pool_key; /* names the pool among the exporter's: device * CUPOOL_POOLS_PER_DEVICE + index */
     CUmemPoolPtrExportData data;
 } ipc_reply_t;
@@ -91,10 +116,19 @@ typedef struct {
     int parked; /* the program freed it; held until opens is 0 */
 } export_t;
 
+/* A block an importer holds open through its connection, and how often. */
+typedef struct {
+    uint8_t tag[16];
+    int count;
+} held_t;
+
 typedef struct {
     int fd;
-    int bound;       /* answered: the connection holds tag open */
-    uint8_t tag[16];
+    size_t got;               /* bytes of req received so far */
+    ipc_request_t req;
+    held_t *held;             /* blocks the importer holds open */
+    int nheld, held_cap;
+    long long idle_since_ms;  /* when it last held nothing, or asked something */
 } conn_t;
 
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -105,6 +139,8 @@ static conn_t *conns;
 static int nconns, conns_cap;
 static int pool_fds[CUPOOL_MAX_DEVICES * CUPOOL_POOLS_PER_DEVICE]; /* by pool key; -1 = not exported yet */
 static int listen_fd = -1, wake_fds[2] = {-1, -1};
+static int spare_fd = -1;      /* /dev/null, given up to turn a connection away when out of descriptors */
+static int max_conns;          /* a quarter of the descriptor limit */
 static int serving;            /* the socket and its thread are up */
 static int serve_failed;       /* they could not be made: said once, and every export fails */
 static pid_t server_pid;       /* the process that made the socket: only it removes it */
@@ -113,11 +149,24 @@ static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 
 /* ---- the importer's side ---------------------------------------------------- */
 
+/* The connection to one exporter, shared by every block of it open here
+ * and by the opens in flight (users); it closes when they are all gone.
+ * io is held across a request and its answer, never with ipc_lock. */
+typedef struct peer {
+    uint8_t server[8];
+    uint32_t uid, pid;
+    int fd;   /* -1 until the first open connects */
+    int users;
+    uint64_t seq;
+    pthread_mutex_t io;
+} peer_t;
+
 typedef struct {
     CUdeviceptr ptr;
     uint8_t server[8], tag[16];
+    uint64_t pool_key;
     int refs;
-    int conn; /* held open while the block is: the exporter's count */
+    peer_t *peer;
     CUcontext ctx;
 } import_t;
 
@@ -126,12 +175,15 @@ typedef struct {
     uint64_t pool_key;
     CUmemoryPool pool;
     uint64_t access; /* bit d: device d was granted access */
+    int blocks;      /* imported blocks of it open here: the pool goes with the last */
 } imported_pool_t;
 
 static import_t *imports;
 static int nimports, imports_cap;
 static imported_pool_t *ipools;
 static int nipools, ipools_cap;
+static peer_t **peers;
+static int npeers, peers_cap;
 
 /* Grows an array of `size`-byte items to hold one more; 0 on success. */
 static int grow(void **items, int count, int *cap, size_t size)
@@ -210,6 +262,9 @@ static int recv_with_fd(int fd, void *buf, size_t len, int *passed)
     if (n == (ssize_t)len) return 0;
     if (*passed >= 0) close(*passed);
     *passed = -1;
+    /* errno says why: EAGAIN when the wait ran out, else the connection
+     * ended (or broke off in the middle of a message). */
+    if (n >= 0) errno = ECONNRESET;
     return -1;
 }
 
@@ -270,39 +325,125 @@ static void release_parked(export_t *e)
     export_remove(e);
 }
 
+static long long mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Closes connection i: every block it held open is closed with it. */
 static void conn_close(int i)
 {
     conn_t *k = &conns[i];
     close(k->fd);
-    if (k->bound) {
-        export_t *e = export_by_tag(k->tag);
-        if (e && --e->opens == 0 && e->parked) release_parked(e);
+    for (int h = 0; h < k->nheld; h++) {
+        export_t *e = export_by_tag(k->held[h].tag);
+        if (e && (e->opens -= k->held[h].count) <= 0 && e->parked) release_parked(e);
     }
+    free(k->held);
     conns[i] = conns[--nconns];
 }
 
-/* Answers a new connection's request; 0 when it stays open. ipc_lock held. */
-static int answer(conn_t *k)
+static held_t *held_by_tag(conn_t *k, const uint8_t tag[16])
 {
-    ipc_request_t req;
-    ssize_t n = recv(k->fd, &req, sizeof req, MSG_DONTWAIT);
-    if (n != (ssize_t)sizeof req || memcmp(req.magic, IPC_MAGIC, 8) != 0) return -1;
+    for (int h = 0; h < k->nheld; h++)
+        if (memcmp(k->held[h].tag, tag, 16) == 0) return &k->held[h];
+    return NULL;
+}
+
+/* Answers an open; 0 when the connection stays usable.  ipc_lock held. */
+static int answer_open(conn_t *k)
+{
     ipc_reply_t reply;
     memset(&reply, 0, sizeof reply);
-    export_t *e = export_by_tag(req.tag);
-    if (!e || e->parked) {
-        reply.status = IPC_BAD_HANDLE;
-        send_with_fd(k->fd, &reply, sizeof reply, -1);
-        return -1;
+    reply.seq = k->req.seq;
+    export_t *e = export_by_tag(k->req.tag);
+    held_t *h = held_by_tag(k, k->req.tag);
+    if (e && !e->parked && !h && grow((void **)&k->held, k->nheld, &k->held_cap, sizeof *k->held) == 0) {
+        h = &k->held[k->nheld++];
+        memcpy(h->tag, k->req.tag, 16);
+        h->count = 0;
+    }
+    if (!e || e->parked || !h) {
+        reply.status = !e || e->parked ? IPC_BAD_HANDLE : CUDA_ERROR_OUT_OF_MEMORY;
+        return send_with_fd(k->fd, &reply, sizeof reply, -1);
     }
     reply.status = CUDA_SUCCESS;
     reply.pool_key = e->pool_key;
     reply.data = e->data;
-    if (send_with_fd(k->fd, &reply, sizeof reply, pool_fds[e->pool_key]) != 0) return -1;
+    if (send_with_fd(k->fd, &reply, sizeof reply, pool_fds[e->pool_key]) != 0) {
+        if (h->count == 0) *h = k->held[--k->nheld];
+        return -1;
+    }
+    h->count++;
     e->opens++;
-    k->bound = 1;
-    memcpy(k->tag, req.tag, 16);
     return 0;
+}
+
+/* A close: the block is one open fewer (a parked one goes back with its
+ * last).  ipc_lock held. */
+static void answer_close(conn_t *k)
+{
+    held_t *h = held_by_tag(k, k->req.tag);
+    if (!h) return;
+    export_t *e = export_by_tag(k->req.tag);
+    if (--h->count == 0) *h = k->held[--k->nheld];
+    if (e && --e->opens == 0 && e->parked) release_parked(e);
+}
+
+/* Reads and answers what connection i asked; 0 while it stays open.
+ * ipc_lock held; the socket does not block. */
+static int serve_conn(int i)
+{
+    conn_t *k = &conns[i];
+    for (;;) {
+        ssize_t n = recv(k->fd, (char *)&k->req + k->got, sizeof k->req - k->got, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+        if (n <= 0) return -1; /* its end, or an error */
+        k->got += (size_t)n;
+        if (k->got < sizeof k->req) continue;
+        k->got = 0;
+        if (memcmp(k->req.magic, IPC_MAGIC, 8) != 0) return -1;
+        if (k->req.op == IPC_OPEN) {
+            if (answer_open(k) != 0) return -1;
+        } else if (k->req.op == IPC_CLOSE) {
+            answer_close(k);
+        } else {
+            return -1;
+        }
+        k->idle_since_ms = mono_ms();
+    }
+}
+
+/* A new connection, or none: beyond max_conns, or with no descriptor left,
+ * it is closed at once, so the opener fails at once instead of waiting.
+ * ipc_lock held. */
+static void accept_one(void)
+{
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+        /* The listening socket stays readable while a connection waits:
+         * without taking it, the thread would wake at once, for ever. */
+        close(spare_fd);
+        fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) close(fd);
+        spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        cupool_message_once(CUPOOL_MSG_WARN, "out of file descriptors: turning away processes opening IPC handles");
+        return;
+    }
+    if (fd < 0) return;
+    if (nconns >= max_conns || !same_user(fd) || grow((void **)&conns, nconns, &conns_cap, sizeof *conns) != 0) {
+        if (nconns >= max_conns)
+            cupool_message_once(CUPOOL_MSG_WARN, "%d processes have IPC handles of this one open: turning more away",
+                                nconns);
+        close(fd);
+        return;
+    }
+    memset(&conns[nconns], 0, sizeof conns[nconns]);
+    conns[nconns].fd = fd;
+    conns[nconns].idle_since_ms = mono_ms();
+    nconns++;
 }
 
 static void *serve(void *unused)
@@ -322,13 +463,26 @@ static void *serve(void *unused)
         }
         int n = nconns + 2 <= cap ? nconns + 2 : (cap >= 2 ? cap : 0);
         if (n == 0) break;
+        /* A connection that holds nothing open and asks nothing for
+         * IPC_IDLE_S is closed: it is no importer of cupool's. */
+        long long now = mono_ms();
+        for (int i = nconns - 1; i >= 0; i--)
+            if (conns[i].nheld == 0 && now - conns[i].idle_since_ms >= IPC_IDLE_S * 1000ll) conn_close(i);
+        n = nconns + 2 <= n ? nconns + 2 : n;
         fds[0] = (struct pollfd){.fd = wake_fds[0], .events = POLLIN};
         fds[1] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
         for (int i = 2; i < n; i++) fds[i] = (struct pollfd){.fd = conns[i - 2].fd, .events = POLLIN};
         pthread_mutex_unlock(&ipc_lock);
 
-        int polled = poll(fds, (nfds_t)n, -1);
+        /* Woken at least every IPC_ALONE_MS to see whether the program's
+         * threads have all ended (this thread must then end, or the
+         * process never would) and to close idle connections. */
+        int polled = poll(fds, (nfds_t)n, IPC_ALONE_MS);
         int failed = polled < 0 && errno != EINTR;
+        if (polled == 0 && cupool_threads_alone()) {
+            free(fds);
+            return NULL;
+        }
 
         pthread_mutex_lock(&ipc_lock);
         if (failed) break;
@@ -349,23 +503,9 @@ static void *serve(void *unused)
             int at = -1;
             for (int j = 0; j < nconns; j++)
                 if (conns[j].fd == fds[i].fd) at = j;
-            if (at < 0) continue;
-            if (!conns[at].bound) {
-                if (answer(&conns[at]) != 0) conn_close(at);
-            } else {
-                /* An importer never writes after its request: anything is
-                 * its close, or its end. */
-                conn_close(at);
-            }
+            if (at >= 0 && serve_conn(at) != 0) conn_close(at);
         }
-        if (fds[1].revents & POLLIN) {
-            int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd >= 0 && (!same_user(fd) || grow((void **)&conns, nconns, &conns_cap, sizeof *conns) != 0)) {
-                close(fd);
-                fd = -1;
-            }
-            if (fd >= 0) conns[nconns++] = (conn_t){.fd = fd};
-        }
+        if (fds[1].revents & POLLIN) accept_one();
         pthread_mutex_unlock(&ipc_lock);
     }
     pthread_mutex_unlock(&ipc_lock);
@@ -389,8 +529,17 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-    for (int i = 0; i < nconns; i++) close(conns[i].fd);
-    for (int i = 0; i < nimports; i++) close(imports[i].conn);
+    for (int i = 0; i < nconns; i++) {
+        close(conns[i].fd);
+        free(conns[i].held);
+    }
+    for (int i = 0; i < npeers; i++) {
+        if (peers[i]->fd >= 0) close(peers[i]->fd);
+        free(peers[i]);
+    }
+    npeers = 0;
+    if (spare_fd >= 0) close(spare_fd);
+    spare_fd = -1;
     for (size_t i = 0; i < CUPOOL_ARRAY_SIZE(pool_fds); i++) {
         if (pool_fds[i] >= 0) close(pool_fds[i]);
         pool_fds[i] = -1;
@@ -414,7 +563,10 @@ static void ipc_init(void)
 
 /* Removes sockets of this user in the directory that nobody listens on any
  * more (their process ended without removing them); a socket that answers
- * stays, whoever's namespace it lives in. */
+ * stays, whoever's namespace it lives in.  The connect() never waits: a
+ * stopped exporter whose queue is full would hold it for ever, and with it
+ * ipc_lock (every export, free of an exported block, context teardown and
+ * exit of this process); such a socket (EAGAIN) is not stale and stays. */
 static void remove_stale_sockets(void)
 {
     char prefix[64];
@@ -435,13 +587,46 @@ static void remove_stale_sockets(void)
         if (n <= 0 || (size_t)n >= sizeof path) continue;
         struct stat st;
         if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) continue;
-        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (s < 0) break;
         struct sockaddr_un a = socket_address(path);
         if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED) unlink(path);
         close(s);
     }
     closedir(d);
+}
+
+/* Binds listen_fd at socket_path, owner-only (0600) and listening from its
+ * first moment there: nobody else may even connect, and another process's
+ * sweep never finds it refusing connections (it would remove it as
+ * stale).  The socket is made in a private directory (0700) of the same
+ * file system, made 0600 and listening there and renamed into place.  (A
+ * umask of 077 around bind would do the first too, but the umask belongs
+ * to the whole process: another thread's files made meanwhile would get
+ * mode 0600.)  0 on success, else errno says why. */
+static int bind_private(void)
+{
+    char dir[sizeof socket_path], tmp[sizeof socket_path];
+    int n = snprintf(dir, sizeof dir, "%s/.cupool-ipc.%u.XXXXXX", ipc_dir(), (unsigned)geteuid());
+    if (n < 0 || (size_t)n + 3 > sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (!mkdtemp(dir)) return -1;
+    int r = chmod(dir, 0700);
+    snprintf(tmp, sizeof tmp, "%s/s", dir);
+    struct sockaddr_un a = socket_address(tmp);
+    if (r == 0) r = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
+    if (r == 0 && (chmod(tmp, 0600) != 0 || listen(listen_fd, 64) != 0 || rename(tmp, socket_path) != 0)) {
+        int err = errno;
+        unlink(tmp);
+        errno = err;
+        r = -1;
+    }
+    int err = errno;
+    rmdir(dir);
+    errno = err;
+    return r;
 }
 
 /* Makes the socket and starts its thread; ipc_lock held.  0 on success.
@@ -464,14 +649,10 @@ static int serve_try(void)
         return -1;
     }
     remove_stale_sockets();
-    listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (listen_fd < 0) return -1;
-    struct sockaddr_un a = socket_address(socket_path);
-    /* Created owner-only (0700 under umask 077, then 0600): nobody else may even connect. */
-    mode_t old = umask(077);
-    int bound = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
-    umask(old);
-    if (bound != 0 || chmod(socket_path, 0600) != 0 || listen(listen_fd, 64) != 0 ||
+    int bound = bind_private();
+    if (bound != 0 ||
         pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         cupool_message(CUPOOL_MSG_WARN, "cannot make the IPC socket %s (%s); cuIpcGetMemHandle fails on pooled memory",
                        socket_path, strerror(errno));
@@ -481,6 +662,10 @@ static int serve_try(void)
         socket_path[0] = 0;
         return -1;
     }
+    struct rlimit lim;
+    max_conns = getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? (int)(lim.rlim_cur / 4) : 1024;
+    if (max_conns < 4) max_conns = 4;
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     server_pid = getpid();
     serving = 1;
     if (cupool_thread_start(serve, "cupool-ipc") != 0) {
@@ -623,47 +808,110 @@ static import_t *import_by_ptr(CUdeviceptr ptr)
     return NULL;
 }
 
-/* Connects to the exporter's socket and asks for the block; on success the
- * connection stays open (*conn), and *reply and *pool_fd hold the answer. */
-static CUresult ask_exporter(const ipc_handle_t *h, int *conn, ipc_reply_t *reply, int *pool_fd)
+/* The connection to the exporter of h, made on first use (peer->io held);
+ * 0 when there is one. */
+static CUresult peer_connect(peer_t *peer)
 {
+    if (peer->fd >= 0) return CUDA_SUCCESS;
     char path[sizeof socket_path];
-    if (socket_name(path, sizeof path, h->uid, h->pid, h->server) != 0) return IPC_BAD_HANDLE;
+    if (socket_name(path, sizeof path, peer->uid, peer->pid, peer->server) != 0) return IPC_BAD_HANDLE;
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return CUDA_ERROR_OPERATING_SYSTEM;
     /* An exporter that does not answer (stopped, or stuck) fails the open
-     * instead of hanging the program. */
+     * instead of hanging the program: the limits bound the connect (a full
+     * queue), the request and the wait for each answer. */
     struct timeval limit = {.tv_sec = IPC_ANSWER_S};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     struct sockaddr_un a = socket_address(path);
-    ipc_request_t req;
-    memcpy(req.magic, IPC_MAGIC, 8);
-    memcpy(req.tag, h->tag, sizeof req.tag);
-    CUresult r = IPC_BAD_HANDLE;
-    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 || !same_user(s) ||
-        send_with_fd(s, &req, sizeof req, -1) != 0 || recv_with_fd(s, reply, sizeof *reply, pool_fd) != 0)
-        goto fail;
-    if (reply->status != CUDA_SUCCESS || *pool_fd < 0) {
-        r = reply->status != CUDA_SUCCESS ? (CUresult)reply->status : IPC_BAD_HANDLE;
-        goto fail;
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0 || !same_user(s)) {
+        close(s);
+        return IPC_BAD_HANDLE;
     }
-    /* From now on the connection only tells the exporter, by closing, that
-     * the block is closed: no limit on how long it stays open. */
-    limit.tv_sec = 0;
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-    *conn = s;
+    peer->fd = s;
     return CUDA_SUCCESS;
-fail:
-    if (*pool_fd >= 0) close(*pool_fd);
+}
+
+/* Asks the exporter for the block (peer->io held); on success *reply and
+ * *pool_fd hold the answer.  An answer to an earlier request that ran out
+ * of time is passed over (its seq is older). */
+static CUresult ask_exporter(peer_t *peer, const ipc_handle_t *h, ipc_reply_t *reply, int *pool_fd)
+{
     *pool_fd = -1;
-    close(s);
-    return r;
+    CUresult r = peer_connect(peer);
+    if (r != CUDA_SUCCESS) return r;
+    ipc_request_t req;
+    memset(&req, 0, sizeof req);
+    memcpy(req.magic, IPC_MAGIC, 8);
+    req.op = IPC_OPEN;
+    req.seq = ++peer->seq;
+    memcpy(req.tag, h->tag, sizeof req.tag);
+    if (send_with_fd(peer->fd, &req, sizeof req, -1) != 0) goto lost;
+    for (;;) {
+        int n = recv_with_fd(peer->fd, reply, sizeof *reply, pool_fd);
+        if (n != 0) {
+            /* Out of time: a stopped exporter (the connection is kept, its
+             * late answer will be passed over); or the end of the
+             * connection: an exporter that turned this process away, or
+             * is gone. */
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return IPC_BAD_HANDLE;
+            goto lost;
+        }
+        if (reply->seq == req.seq) break;
+        if (*pool_fd >= 0) close(*pool_fd);
+        *pool_fd = -1;
+    }
+    if (reply->status != CUDA_SUCCESS || *pool_fd < 0) {
+        if (*pool_fd >= 0) close(*pool_fd);
+        *pool_fd = -1;
+        return reply->status != CUDA_SUCCESS ? (CUresult)reply->status : IPC_BAD_HANDLE;
+    }
+    return CUDA_SUCCESS;
+lost:
+    /* The connection ended: whatever this process had open through it the
+     * exporter counts closed already. */
+    close(peer->fd);
+    peer->fd = -1;
+    cupool_message_once(CUPOOL_MSG_WARN, "an exporting process closed its IPC connection; its handles fail here");
+    return CUDA_ERROR_OPERATING_SYSTEM;
+}
+
+/* The peer of the exporter of h, made if need be, with one more user;
+ * ipc_lock held; NULL when out of memory. */
+static peer_t *peer_use(const ipc_handle_t *h)
+{
+    for (int i = 0; i < npeers; i++)
+        if (memcmp(peers[i]->server, h->server, 8) == 0 && peers[i]->pid == h->pid) {
+            peers[i]->users++;
+            return peers[i];
+        }
+    if (grow((void **)&peers, npeers, &peers_cap, sizeof *peers) != 0) return NULL;
+    peer_t *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    memcpy(p->server, h->server, 8);
+    p->uid = h->uid;
+    p->pid = h->pid;
+    p->fd = -1;
+    p->users = 1;
+    pthread_mutex_init(&p->io, NULL);
+    peers[npeers++] = p;
+    return p;
+}
+
+/* One user fewer; the last closes the connection.  ipc_lock held. */
+static void peer_drop(peer_t *p)
+{
+    if (--p->users > 0) return;
+    for (int i = 0; i < npeers; i++)
+        if (peers[i] == p) peers[i] = peers[--npeers];
+    if (p->fd >= 0) close(p->fd);
+    pthread_mutex_destroy(&p->io);
+    free(p);
 }
 
 /* The imported pool of the exporter's pool, imported on first use and
- * granted access for device `ordinal`; ipc_lock held. */
+ * granted access for device `ordinal`, one block more counted on it;
+ * ipc_lock held. */
 static CUresult imported_pool(const ipc_handle_t *h, const ipc_reply_t *reply, int pool_fd, int ordinal,
                               CUmemoryPool *out)
 {
@@ -689,11 +937,34 @@ static CUresult imported_pool(const ipc_handle_t *h, const ipc_reply_t *reply, i
         d.location.id = ordinal;
         d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         CUresult r = real_cuMemPoolSetAccess(p->pool, &d, 1);
-        if (r != CUDA_SUCCESS) return r;
+        if (r != CUDA_SUCCESS) {
+            if (p->blocks == 0) {
+                real_cuMemPoolDestroy(p->pool);
+                *p = ipools[--nipools];
+            }
+            return r;
+        }
         p->access |= 1ull << ordinal;
     }
+    p->blocks++;
     *out = p->pool;
     return CUDA_SUCCESS;
+}
+
+/* One imported block fewer of the pool; the pool, with its descriptor,
+ * goes with the last (returned, for the caller to destroy without
+ * ipc_lock; NULL when it stays).  ipc_lock held. */
+static CUmemoryPool imported_pool_drop(const uint8_t server[8], uint64_t pool_key)
+{
+    for (int i = 0; i < nipools; i++) {
+        imported_pool_t *p = &ipools[i];
+        if (memcmp(p->server, server, 8) != 0 || p->pool_key != pool_key) continue;
+        if (--p->blocks > 0) return NULL;
+        CUmemoryPool pool = p->pool;
+        *p = ipools[--nipools];
+        return pool;
+    }
+    return NULL;
 }
 
 /* A handle this context has open already: one more reference, and the same
@@ -709,6 +980,24 @@ static int reopen(const ipc_handle_t *h, CUcontext ctx, CUdeviceptr *dptr)
         }
     }
     return 0;
+}
+
+/* Tells the exporter the block is closed here (peer->io taken). */
+static void say_closed(peer_t *peer, const uint8_t tag[16])
+{
+    pthread_mutex_lock(&peer->io);
+    if (peer->fd >= 0) {
+        ipc_request_t req;
+        memset(&req, 0, sizeof req);
+        memcpy(req.magic, IPC_MAGIC, 8);
+        req.op = IPC_CLOSE;
+        memcpy(req.tag, tag, 16);
+        if (send_with_fd(peer->fd, &req, sizeof req, -1) != 0) {
+            close(peer->fd);
+            peer->fd = -1;
+        }
+    }
+    pthread_mutex_unlock(&peer->io);
 }
 
 CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsigned int flags, size_t *size, int *device_out)
@@ -736,28 +1025,52 @@ CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsign
         r = CUDA_SUCCESS;
         goto out;
     }
-    /* The exporter is asked without the lock: two processes opening each
+    peer_t *peer = peer_use(&h);
+    if (!peer) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    /* The exporter is asked without ipc_lock: two processes opening each
      * other's handles at once must not wait for each other's server. */
     pthread_mutex_unlock(&ipc_lock);
-    int conn = -1, pool_fd = -1;
+    int pool_fd = -1;
     ipc_reply_t reply;
-    r = ask_exporter(&h, &conn, &reply, &pool_fd);
+    pthread_mutex_lock(&peer->io);
+    r = ask_exporter(peer, &h, &reply, &pool_fd);
+    pthread_mutex_unlock(&peer->io);
     pthread_mutex_lock(&ipc_lock);
-    if (r != CUDA_SUCCESS) goto out;
-    if (reopen(&h, ctx, dptr) || grow((void **)&imports, nimports, &imports_cap, sizeof *imports) != 0) {
-        /* Another thread opened it meanwhile (or no room to record it). */
-        r = *dptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        peer_drop(peer);
+        goto out;
+    }
+    int again = reopen(&h, ctx, dptr);
+    if (again || grow((void **)&imports, nimports, &imports_cap, sizeof *imports) != 0) {
+        /* Another thread opened it meanwhile (or no room to record it):
+         * the exporter counts this open once more, and is told. */
+        r = again ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
         close(pool_fd);
-        close(conn);
+        pthread_mutex_unlock(&ipc_lock);
+        say_closed(peer, h.tag);
+        pthread_mutex_lock(&ipc_lock);
+        peer_drop(peer);
         goto out;
     }
     CUmemoryPool pool;
     r = imported_pool(&h, &reply, pool_fd, (int)device, &pool);
     close(pool_fd);
     CUdeviceptr ptr = 0;
-    if (r == CUDA_SUCCESS) r = real_cuMemPoolImportPointer(&ptr, pool, &reply.data);
+    if (r == CUDA_SUCCESS) {
+        r = real_cuMemPoolImportPointer(&ptr, pool, &reply.data);
+        if (r != CUDA_SUCCESS) {
+            CUmemoryPool gone = imported_pool_drop(h.server, reply.pool_key);
+            if (gone) real_cuMemPoolDestroy(gone);
+        }
+    }
     if (r != CUDA_SUCCESS) {
-        close(conn);
+        pthread_mutex_unlock(&ipc_lock);
+        say_closed(peer, h.tag);
+        pthread_mutex_lock(&ipc_lock);
+        peer_drop(peer);
         goto out;
     }
     import_t *im = &imports[nimports++];
@@ -765,8 +1078,9 @@ CUresult cupool_ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsign
     im->ptr = ptr;
     memcpy(im->server, h.server, 8);
     memcpy(im->tag, h.tag, 16);
+    im->pool_key = reply.pool_key;
     im->refs = 1;
-    im->conn = conn;
+    im->peer = peer;
     im->ctx = ctx;
     *dptr = ptr;
 out:
@@ -783,17 +1097,31 @@ int cupool_ipc_close(CUdeviceptr ptr, CUresult *result)
         return 0;
     }
     *result = CUDA_SUCCESS;
-    if (--im->refs == 0) {
-        /* Unmapped once this process's work on it is done; then the
-         * exporter learns it is closed and may hand it to another. */
-        int pushed = cupool_enter_context(im->ctx);
-        real_cuCtxSynchronize();
-        *result = real_cuMemFreeAsync(ptr, CU_STREAM_LEGACY);
-        real_cuStreamSynchronize(CU_STREAM_LEGACY);
-        cupool_leave_context(pushed);
-        close(im->conn);
-        *im = imports[--nimports];
+    if (--im->refs > 0) {
+        pthread_mutex_unlock(&ipc_lock);
+        return 1;
     }
+    import_t gone = *im;
+    *im = imports[--nimports];
+    pthread_mutex_unlock(&ipc_lock);
+    /* Unmapped once this process's work on it is done; then the exporter
+     * learns it is closed and may hand it to another.  The wait for that
+     * work is made without ipc_lock, which the server thread and every
+     * export and free of an exported block need meanwhile. */
+    int pushed = cupool_enter_context(gone.ctx);
+    real_cuCtxSynchronize();
+    *result = real_cuMemFreeAsync(ptr, CU_STREAM_LEGACY);
+    real_cuStreamSynchronize(CU_STREAM_LEGACY);
+    pthread_mutex_lock(&ipc_lock);
+    CUmemoryPool pool = imported_pool_drop(gone.server, gone.pool_key);
+    pthread_mutex_unlock(&ipc_lock);
+    /* The imported pool (and the descriptor the driver keeps for it) goes
+     * with its last block here. */
+    if (pool) real_cuMemPoolDestroy(pool);
+    cupool_leave_context(pushed);
+    say_closed(gone.peer, gone.tag);
+    pthread_mutex_lock(&ipc_lock);
+    peer_drop(gone.peer);
     pthread_mutex_unlock(&ipc_lock);
     return 1;
 }

@@ -3,7 +3,8 @@
  * The live statistics page (live.h): while the program runs, one thread of
  * cupool's writes what cupool's counters say about each device (allocations,
  * frees, bytes in use, what the pools reserve, free modes, OOM retries,
- * trims) into <CUPOOL_LIVE_DIR>/cupool.<uid>.<pid>, about four times a
+ * trims) into <CUPOOL_LIVE_DIR>/cupool.<uid>.<pid>.<start>.<random>
+ * (live.h), about four times a
  * second, for `cupool top` and `cupool stat`.  The allocation and free paths
  * are not touched: their counters are already kept per thread and folded by
  * cupool_get_stats, which this thread calls; the pools' reserved bytes are
@@ -13,14 +14,13 @@
  * at once, instead of raising SIGBUS at a later write), mapped, and its
  * descriptor closed: a program that closes every descriptor, or reuses the
  * number, cannot have cupool write into its own files.  It is removed at
- * exit; a process killed before that leaves it behind, and readers remove
- * it once they see its process gone.  CUPOOL_LIVE=0 turns it off.
+ * exit; a process killed before that leaves it behind, and readers of the
+ * same PID namespace remove it once they see its process gone.  CUPOOL_LIVE=0 turns it off.
  */
 #include "state.h"
 #include "cupool.h"
 #include "live.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,12 +81,30 @@ static uint64_t start_time(void)
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
+/* The inode of this process's PID namespace: pid means this process only
+ * to readers of the same namespace. */
+static uint64_t pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 static void read_command(char *out, size_t len)
 {
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, out, len - 1) : -1;
     if (fd >= 0) close(fd);
     if (n <= 0) n = 0;
+    /* Cut at len - 1 bytes: not inside a character (readers want UTF-8). */
+    if (n == (ssize_t)len - 1) {
+        ssize_t lead = n;
+        while (lead > 0 && n - lead < 4 && ((unsigned char)out[lead - 1] & 0xc0) == 0x80) lead--;
+        if (lead > 0 && ((unsigned char)out[lead - 1] & 0x80)) {
+            unsigned char c = (unsigned char)out[lead - 1];
+            ssize_t want = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 1;
+            if (n - (lead - 1) < want) n = lead - 1;
+        }
+    }
     out[n] = '\0';
     while (n > 0 && out[n - 1] == '\0') n--;
     for (ssize_t i = 0; i < n; i++)
@@ -233,44 +251,6 @@ static void update(int query)
 
 /* ---- the thread ---------------------------------------------------------- */
 
-/* Whether every thread of the program but this one has ended (the main
- * thread called pthread_exit, the others returned): this thread must then
- * end too, or it alone would keep the process alive.  The main thread is
- * looked at first, one small read; the rest only once it has ended. */
-static int alone(void)
-{
-    char path[64], text[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)getpid());
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    text[n] = '\0';
-    const char *p = strrchr(text, ')');
-    if (!p || p[1] != ' ' || (p[2] != 'Z' && p[2] != 'X')) return 0;
-    DIR *dir = opendir("/proc/self/task");
-    if (!dir) return 0;
-    int others = 0;
-    pid_t self = (pid_t)syscall(SYS_gettid);
-    for (struct dirent *e; !others && (e = readdir(dir));) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        pid_t tid = (pid_t)atoi(e->d_name);
-        if (tid == self || tid == getpid()) continue;
-        snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        n = read(fd, text, sizeof text - 1);
-        close(fd);
-        if (n <= 0) continue;
-        text[n] = '\0';
-        p = strrchr(text, ')');
-        others = p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
-    }
-    closedir(dir);
-    return !others;
-}
-
 static struct timespec after_ns(long long ns)
 {
     struct timespec t;
@@ -292,7 +272,9 @@ static void *publisher_main(void *arg)
         /* Only while cupool is active: a stopped cupool (a forked child
          * passes everything through) asks no driver. */
         update(cupool_active());
-        int last = alone();
+        /* The program's threads all ended: so must this one (and the
+         * process with it, once cupool's other threads see the same). */
+        int last = cupool_threads_alone();
         pthread_mutex_lock(&live_lock);
         in_round = 0;
         pthread_cond_broadcast(&live_cond);
@@ -344,20 +326,18 @@ static int create_page(void)
 {
     const char *dir = cupool_option_string(CUPOOL_OPT_LIVE_DIR);
     if (!dir || !*dir) dir = "/dev/shm";
-    int len = snprintf(page_path, sizeof page_path, "%s/%s%u.%d", dir, CUPOOL_LIVE_PREFIX, (unsigned)geteuid(),
-                       (int)getpid());
+    uint64_t started = start_time(), random = 0;
+    if (getrandom(&random, sizeof random, GRND_NONBLOCK) != (ssize_t)sizeof random)
+        random = realtime_ns() ^ ((uint64_t)getpid() << 32);
+    int len = snprintf(page_path, sizeof page_path, "%s/%s%u.%d.%llu.%016llx", dir, CUPOOL_LIVE_PREFIX,
+                       (unsigned)geteuid(), (int)getpid(), (unsigned long long)started, (unsigned long long)random);
     if (len < 0 || (size_t)len >= sizeof page_path) {
         cupool_message(CUPOOL_MSG_WARN, "live statistics off: CUPOOL_LIVE_DIR is too long");
         return -1;
     }
-    int fd = -1;
-    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
-        fd = open(page_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        /* A page of this name is left from an earlier process of this pid,
-         * killed before it could remove it (this pid is ours now). */
-        if (fd < 0 && errno == EEXIST && attempt == 0 && unlink(page_path) == 0) continue;
-        if (fd < 0) break;
-    }
+    /* The name is this process's alone (start time, random part): one
+     * there already is no page of an earlier process to replace. */
+    int fd = open(page_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         cupool_message(CUPOOL_MSG_WARN, "live statistics off: cannot create %s: %s", page_path, strerror(errno));
         return -1;
@@ -386,7 +366,8 @@ static int create_page(void)
     page.size = sizeof page;
     page.pid = (int32_t)getpid();
     page.uid = (uint32_t)geteuid();
-    page.start_time = start_time();
+    page.start_time = started;
+    page.pid_ns = pid_namespace();
     page.interval_ms = CUPOOL_LIVE_INTERVAL_MS;
     page.version = (uint32_t)cupool_version();
     copy_text(page.version_text, sizeof page.version_text, PACKAGE_VERSION);

@@ -2,9 +2,13 @@
 /*
  * The live statistics page: what a process under cupool publishes about
  * itself (live.c) and what cupool-top and cupool stat read (src/tools/).
- * One file per process, <dir>/cupool.<uid>.<pid> (dir: CUPOOL_LIVE_DIR,
- * /dev/shm by default), mode 0600, rewritten whole about four times a
- * second and removed at exit.  The layout is fixed-size and native-endian:
+ * One file per process, <dir>/cupool.<uid>.<pid>.<start>.<random> (dir:
+ * CUPOOL_LIVE_DIR, /dev/shm by default; start: the process's start time,
+ * random: 16 hex digits), mode 0600, rewritten whole about four times a
+ * second and removed at exit.  The pid alone names no process once
+ * containers in other PID namespaces share the directory: the start time
+ * and the random part keep two processes' names apart, and pid_ns says in
+ * which namespace the pid means something.  The layout is fixed-size and native-endian:
  * the writer and its readers run on the same machine.  A reader takes a
  * consistent copy with the sequence number (a seqlock): odd while an update
  * is being written, and the same even value before and after the copy.
@@ -18,7 +22,7 @@
 #include <stdint.h>
 
 #define CUPOOL_LIVE_MAGIC 0x3165766c6c6f6f70ull /* "poollve1", read as a little-endian word */
-#define CUPOOL_LIVE_FORMAT 2
+#define CUPOOL_LIVE_FORMAT 3
 #define CUPOOL_LIVE_PREFIX "cupool."
 #define CUPOOL_LIVE_DEVICES 16  /* devices a page carries, those with activity first come first */
 #define CUPOOL_LIVE_COMMAND 256 /* bytes of the command line kept, NUL included */
@@ -63,6 +67,7 @@ typedef struct cupool_live_page {
     int32_t pid;
     uint32_t uid;
     uint64_t start_time;     /* the process's start, clock ticks after boot (/proc/PID/stat field 22) */
+    uint64_t pid_ns;         /* inode of the writer's PID namespace (/proc/self/ns/pid): where pid is its pid */
     uint64_t updated_ns;     /* CLOCK_REALTIME of the last update */
     uint64_t updates;        /* updates so far */
     uint32_t interval_ms;    /* between updates */

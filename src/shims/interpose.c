@@ -55,8 +55,9 @@ static void at_exit(void)
      * The live page's thread asks the driver: it is stopped first. */
     cupool_live_stop();
     cupool_ipc_stop();
-    if (cupool_option(CUPOOL_OPT_STATS)) cupool_stats_print();
+    /* The log first: the summary says how many of its lines were lost. */
     cupool_log_flush();
+    if (cupool_option(CUPOOL_OPT_STATS)) cupool_stats_print();
 }
 
 /* A forked child that calls exit() after cupool served allocations in its

@@ -12,6 +12,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* What reading one page came to. */
 enum {
@@ -47,6 +48,19 @@ extern const struct live_kept_kind {
     const char *key, *text;
 } live_kept_kinds[CUPOOL_LIVE_KEPT_KINDS];
 
+/* The next character of NUL-terminated text as UTF-8: its code point in
+ * *cp (LIVE_INVALID for a byte that starts no valid character, which is
+ * then skipped alone), the bytes it took (0 at the end). */
+#define LIVE_INVALID 0xfffdu
+int live_utf8_next(const char **text, uint32_t *cp);
+/* C0 and C1 control characters and DEL. */
+int live_is_control(uint32_t cp);
+/* text for a terminal, into out: at most `columns` characters, each
+ * control character or byte that is not UTF-8 shown as '?'. */
+const char *live_printable(const char *text, char *out, size_t cap, size_t columns);
+/* The characters text shows (an invalid byte counts one). */
+size_t live_columns(const char *text);
+
 /* Bytes for a person: "1.5 GiB". */
 const char *live_human(double bytes, char *buf, size_t len);
 
@@ -55,8 +69,11 @@ const char *live_human(double bytes, char *buf, size_t len);
 /* The pages in Prometheus's text format (0.0.4) into a malloc()ed string
  * (*len bytes); NULL when out of memory. */
 char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len);
-/* Serves GET /metrics on 127.0.0.1:port (0: any free port, printed) from
- * the pages in dir until *stop is set; 0 then, 1 when it cannot listen. */
-int prom_serve(const char *dir, int port, volatile sig_atomic_t *stop);
+/* Serves GET /metrics on 127.0.0.1:port (0: any free port, printed), or
+ * on the Unix socket path when path is not NULL, to processes of this user
+ * only, from the pages in dir until *stop is set; 0 then, 1 when it cannot
+ * listen.  The labels name each process's executable, or with
+ * command_lines set its whole command line. */
+int prom_serve(const char *dir, int port, const char *path, int command_lines, volatile sig_atomic_t *stop);
 
 #endif

@@ -4,10 +4,20 @@
  * text exposition format (version 0.0.4) at http://127.0.0.1:PORT/metrics.
  * One thread and one poll loop: every client socket is non-blocking, a
  * request may be at most REQUEST_MAX bytes and must arrive, and its answer
- * leave, within CLIENT_TIMEOUT_MS; beyond MAX_CLIENTS at once a connection
- * is closed at once.  So a slow or broken client costs a slot for a few
- * seconds, never the server.  Only loopback is listened on: the counters
- * name the user's commands.
+ * leave, within CLIENT_TIMEOUT_MS; beyond MAX_CLIENTS at once the client
+ * that has been sending its request longest gives up its slot to the new
+ * one (a client that is being answered keeps it).  So slow or broken
+ * clients, however many, cost a slot for a few seconds and can never keep
+ * a scrape out; and a page that never settles costs a scrape at most 20 ms
+ * (livepage.c).
+ *
+ * The counters are the user's: only loopback is listened on, and a TCP
+ * client is answered only when the kernel's table of connections
+ * (/proc/net/tcp) says its socket belongs to the same user as this one
+ * (any local user can reach 127.0.0.1); with a path instead of a port the
+ * endpoint is a Unix socket of mode 0600 whose peers are checked with
+ * SO_PEERCRED.  The labels name each process's executable, not its command
+ * line, whose arguments may hold secrets (--command-lines puts them back).
  */
 #include "config.h" /* _GNU_SOURCE */
 #include "livepage.h"
@@ -21,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,20 +74,44 @@ static const metric_t kept_metrics[] = {
     {"cupool_kept_frees_total", "counter", "Frees of tracked pinned host or managed blocks.", KEPT(frees)},
 };
 
-/* A label value: backslash, double quote and newline escaped. */
+/* A label value, valid UTF-8 whatever the page holds (Prometheus rejects
+ * the whole scrape otherwise): backslash, double quote and newline
+ * escaped, other control characters left out, a byte that is not UTF-8
+ * written as U+FFFD. */
 static void put_label(FILE *out, const char *text)
 {
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '\\' || *p == '"') fprintf(out, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", out);
-        else if (*p >= 0x20 && *p != 0x7f) fputc(*p, out);
+    uint32_t cp;
+    for (int n; (n = live_utf8_next(&text, &cp)) > 0;) {
+        if (cp == '\\' || cp == '"') fprintf(out, "\\%c", (char)cp);
+        else if (cp == '\n') fputs("\\n", out);
+        else if (cp == LIVE_INVALID) fputs("\xef\xbf\xbd", out);
+        else if (!live_is_control(cp)) fwrite(text - n, 1, (size_t)n, out);
     }
+}
+
+/* Whether labels carry whole command lines (--command-lines). */
+static int whole_commands;
+
+/* The command label: the executable's name (the first word of the command
+ * line, without its directory), or the whole command line. */
+static void put_command(FILE *out, const char *command)
+{
+    if (whole_commands) {
+        put_label(out, command);
+        return;
+    }
+    char name[CUPOOL_LIVE_COMMAND];
+    size_t n = strcspn(command, " ");
+    memcpy(name, command, n);
+    name[n] = '\0';
+    const char *slash = strrchr(name, '/');
+    put_label(out, slash ? slash + 1 : name);
 }
 
 static void put_labels(FILE *out, const cupool_live_page_t *p, const cupool_live_device_t *d)
 {
     fprintf(out, "{pid=\"%d\",device=\"%d\",command=\"", (int)p->pid, (int)d->ordinal);
-    put_label(out, p->command);
+    put_command(out, p->command);
     fputs("\"", out);
 }
 
@@ -88,7 +124,7 @@ char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len)
     for (size_t i = 0; i < n; i++) {
         const cupool_live_page_t *p = &pages[i];
         fprintf(out, "cupool_info{pid=\"%d\",command=\"", (int)p->pid);
-        put_label(out, p->command);
+        put_command(out, p->command);
         fputs("\",version=\"", out);
         put_label(out, p->version_text);
         fputs("\",policy=\"", out);
@@ -119,7 +155,7 @@ char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len)
                 memcpy(&value, (const char *)&pages[i].kept[k] + kept_metrics[m].offset, sizeof value);
                 fprintf(out, "%s{pid=\"%d\",kind=\"%s\",command=\"", kept_metrics[m].name, (int)pages[i].pid,
                         live_kept_kinds[k].key);
-                put_label(out, pages[i].command);
+                put_command(out, pages[i].command);
                 fprintf(out, "\"} %llu\n", (unsigned long long)value);
             }
     }
@@ -263,17 +299,93 @@ static int listen_on(int port)
     return fd;
 }
 
-int prom_serve(const char *dir, int port, volatile sig_atomic_t *stop)
+/* A Unix socket at path, mode 0600 (made under umask 077: this program has
+ * one thread, so the process-wide umask harms no other).  A socket of this
+ * user's left at the path (an earlier run killed) is replaced; anything
+ * else there is not. */
+static int listen_unix(const char *path)
 {
-    int lfd = listen_on(port);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_uid == getuid()) unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    mode_t old = umask(077);
+    int bound = bind(fd, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (bound != 0 || chmod(path, 0600) != 0 || listen(fd, 16) != 0) {
+        int err = errno;
+        if (bound == 0) unlink(path);
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+/* The user of a loopback TCP client's socket: the line of /proc/net/tcp
+ * whose local end is the client's address and whose remote end is ours;
+ * -1 when none says. */
+static long tcp_peer_uid(int fd)
+{
+    struct sockaddr_in peer, self;
+    socklen_t plen = sizeof peer, slen = sizeof self;
+    if (getpeername(fd, (struct sockaddr *)&peer, &plen) != 0 || getsockname(fd, (struct sockaddr *)&self, &slen) != 0 ||
+        peer.sin_family != AF_INET)
+        return -1;
+    FILE *f = fopen("/proc/net/tcp", "re");
+    if (!f) return -1;
+    char line[512];
+    long uid = -1;
+    while (uid < 0 && fgets(line, sizeof line, f)) {
+        unsigned laddr, lport, raddr, rport, state;
+        unsigned long id;
+        /* sl local rem st tx:rx tr:when retrnsmt uid */
+        if (sscanf(line, " %*d: %x:%x %x:%x %x %*x:%*x %*x:%*x %*x %lu", &laddr, &lport, &raddr, &rport, &state, &id) != 6)
+            continue;
+        if (laddr == peer.sin_addr.s_addr && lport == ntohs(peer.sin_port) && raddr == self.sin_addr.s_addr &&
+            rport == ntohs(self.sin_port))
+            uid = (long)id;
+    }
+    fclose(f);
+    return uid;
+}
+
+/* Whether the client on fd runs as this user. */
+static int same_user(int fd, int unix_socket)
+{
+    if (unix_socket) {
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid();
+    }
+    return tcp_peer_uid(fd) == (long)getuid();
+}
+
+int prom_serve(const char *dir, int port, const char *path, int command_lines, volatile sig_atomic_t *stop)
+{
+    whole_commands = command_lines;
+    int lfd = path ? listen_unix(path) : listen_on(port);
     if (lfd < 0) {
-        fprintf(stderr, "cupool-top: cannot listen on 127.0.0.1:%d: %s\n", port, strerror(errno));
+        if (path) fprintf(stderr, "cupool-top: cannot listen on %s: %s\n", path, strerror(errno));
+        else fprintf(stderr, "cupool-top: cannot listen on 127.0.0.1:%d: %s\n", port, strerror(errno));
         return 1;
     }
-    struct sockaddr_in addr;
-    socklen_t alen = sizeof addr;
-    if (getsockname(lfd, (struct sockaddr *)&addr, &alen) == 0) port = ntohs(addr.sin_port);
-    fprintf(stderr, "cupool-top: serving http://127.0.0.1:%d/metrics\n", port);
+    if (path) {
+        fprintf(stderr, "cupool-top: serving /metrics on the Unix socket %s (mode 0600, this user's processes only)\n",
+                path);
+    } else {
+        struct sockaddr_in addr;
+        socklen_t alen = sizeof addr;
+        if (getsockname(lfd, (struct sockaddr *)&addr, &alen) == 0) port = ntohs(addr.sin_port);
+        fprintf(stderr, "cupool-top: serving http://127.0.0.1:%d/metrics (to processes of uid %u only)\n", port,
+                (unsigned)getuid());
+    }
     static client_t clients[MAX_CLIENTS];
     for (int i = 0; i < MAX_CLIENTS; i++) clients[i].fd = -1;
     while (!*stop) {
@@ -310,11 +422,33 @@ int prom_serve(const char *dir, int port, volatile sig_atomic_t *stop)
             for (;;) {
                 int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (cfd < 0) break;
+                if (!same_user(cfd, path != NULL)) {
+                    /* Said at once, best effort; the socket does not block. */
+                    static const char body[] = "forbidden: not the user running cupool-top\n";
+                    char no[256];
+                    int len = snprintf(no, sizeof no,
+                                       "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                                       "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                                       sizeof body - 1, body);
+                    ssize_t sent = send(cfd, no, (size_t)len, MSG_NOSIGNAL);
+                    (void)sent;
+                    close(cfd);
+                    continue;
+                }
                 client_t *slot = NULL;
                 for (int i = 0; i < MAX_CLIENTS && !slot; i++)
                     if (clients[i].fd < 0) slot = &clients[i];
+                /* Full: the client still sending its request since the
+                 * longest gives its slot up (its deadline is the
+                 * earliest); with every slot being answered, the new one
+                 * is turned away and may try again. */
+                for (int i = 0; i < MAX_CLIENTS && (!slot || slot->fd >= 0); i++) {
+                    client_t *c = &clients[i];
+                    if (!c->answer && (!slot || c->deadline_ms < slot->deadline_ms)) slot = c;
+                }
+                if (slot && slot->fd >= 0) drop(slot);
                 if (!slot) {
-                    close(cfd); /* full: the client may try again */
+                    close(cfd);
                     continue;
                 }
                 slot->fd = cfd;
@@ -329,5 +463,6 @@ int prom_serve(const char *dir, int port, volatile sig_atomic_t *stop)
     for (int i = 0; i < MAX_CLIENTS; i++)
         if (clients[i].fd >= 0) drop(&clients[i]);
     close(lfd);
+    if (path) unlink(path);
     return 0;
 }

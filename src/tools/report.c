@@ -157,7 +157,7 @@ static void release(block_t *b, uint64_t t)
 
 static void account(const trace_t *t, const trace_record_t *r)
 {
-    if (r->kind == TRACE_START || r->kind == TRACE_MESSAGE) return;
+    if (r->kind == TRACE_START || r->kind == TRACE_MESSAGE || r->kind == TRACE_END) return;
     int dev = r->dev, mem = r->kind == TRACE_ALLOC || r->kind == TRACE_FREE ? r->mem : TRACE_MEM_DEVICE;
     block_t *b = NULL;
     if (r->kind == TRACE_FREE && r->ptr) {

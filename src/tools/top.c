@@ -42,8 +42,8 @@ static void usage(FILE *out)
           "and device the bytes in use and reserved in cupool's pools, their peaks,\n"
           "allocations and frees per second, the free mode of the device's contexts and\n"
           "the allocations retried after out of memory.  Each process publishes these\n"
-          "about four times a second in CUPOOL_LIVE_DIR/cupool.UID.PID (/dev/shm by\n"
-          "default) unless it runs with CUPOOL_LIVE=0.\n"
+          "about four times a second in CUPOOL_LIVE_DIR/cupool.UID.PID.START.RANDOM\n"
+          "(/dev/shm by default) unless it runs with CUPOOL_LIVE=0.\n"
           "\n"
           "The terminal view, refreshed every second, has one row per process and\n"
           "device, sorted by reserved bytes, totals per device and a line each for\n"
@@ -58,7 +58,10 @@ static void usage(FILE *out)
           "                         readable page of this user\n"
           "  -p, --prometheus PORT  serve the counters in Prometheus's text format at\n"
           "                         http://127.0.0.1:PORT/metrics (0: any free port, printed)\n"
-          "                         until interrupted\n"
+          "                         until interrupted, to this user's processes only; a PATH\n"
+          "                         (with a /) instead serves on a Unix socket of mode 0600\n"
+          "      --command-lines    label Prometheus's counters with whole command lines\n"
+          "                         (default: the executable's name; arguments may hold secrets)\n"
           "      --dir DIR          read the pages in DIR (default $CUPOOL_LIVE_DIR, else /dev/shm)\n"
           "  -h, --help             print this help\n"
           "  -V, --version          print the version\n"
@@ -106,6 +109,16 @@ typedef struct total {
     uint64_t in_use, reserved, peak_in_use, alloc_rate, free_rate, oom_retries;
 } total_t;
 
+/* Whether an earlier row is of the same process and device: a process is
+ * counted once per device, however many rows a page gives it there. */
+static int counted(const row_t *rows, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (rows[j].page == rows[i].page && rows[j].device && rows[j].device->ordinal == rows[i].device->ordinal)
+            return 1;
+    return 0;
+}
+
 static size_t make_totals(const row_t *rows, size_t nrows, total_t *totals, size_t max)
 {
     size_t n = 0;
@@ -119,7 +132,7 @@ static size_t make_totals(const row_t *rows, size_t nrows, total_t *totals, size
             memset(&totals[n], 0, sizeof totals[n]);
             totals[n++].ordinal = d->ordinal;
         }
-        totals[t].processes++;
+        if (!counted(rows, i)) totals[t].processes++;
         totals[t].in_use += d->in_use;
         totals[t].reserved += d->reserved;
         totals[t].peak_in_use += d->peak_in_use;
@@ -187,15 +200,17 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
         }
         const cupool_live_page_t *p = rows[i].page;
         const cupool_live_device_t *d = rows[i].device;
-        char command[21];
-        snprintf(command, sizeof command, "%.20s", p->command);
+        /* 20 characters, padded by hand: %-20s counts bytes. */
+        char command[128];
+        live_printable(p->command, command, sizeof command - 20, 20);
+        for (size_t c = live_columns(command); c < 20; c++) strcat(command, " ");
         if (d)
-            snprintf(line, sizeof line, "%7d %-20s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
+            snprintf(line, sizeof line, "%7d %s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
                      (int)d->ordinal, live_human((double)d->in_use, b1, sizeof b1),
                      live_human((double)d->reserved, b2, sizeof b2), live_human((double)d->peak_in_use, b3, sizeof b3),
                      (unsigned long long)d->alloc_rate, (unsigned long long)d->free_rate,
                      live_modes(d, modes, sizeof modes), (unsigned long long)d->oom_retries);
-        else snprintf(line, sizeof line, "%7d %-20s %3s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-",
+        else snprintf(line, sizeof line, "%7d %s %3s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-",
                       "-", "-", "-", "-", "-", "-", "-");
         put_line(out, line, width, eol);
         used++;
@@ -225,13 +240,16 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
 
 /* ---- JSON ----------------------------------------------------------------- */
 
+/* A JSON string, valid UTF-8 whatever the page holds: control
+ * characters escaped, a byte that is not UTF-8 as \ufffd. */
 static void put_json_string(FILE *out, const char *s)
 {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
+    uint32_t cp;
+    for (int n; (n = live_utf8_next(&s, &cp)) > 0;) {
+        if (cp == '"' || cp == '\\') fprintf(out, "\\%c", (char)cp);
+        else if (live_is_control(cp) || cp == LIVE_INVALID) fprintf(out, "\\u%04x", (unsigned)cp);
+        else fwrite(s - n, 1, (size_t)n, out);
     }
     fputc('"', out);
 }
@@ -291,9 +309,15 @@ static void print_stat(FILE *out, const cupool_live_page_t *p)
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     uint64_t now = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-    fprintf(out, "cupool: statistics for pid %d (policy %s, free mode %s)\n", (int)p->pid, p->policy, p->free_option);
-    fprintf(out, "cupool:   command: %s\n", p->command);
-    fprintf(out, "cupool:   cupool %s; updated %.1f s ago (update %llu, every %u ms)\n", p->version_text,
+    /* Nothing of the page reaches the terminal raw (escape sequences). */
+    char policy[64], free_option[64], command[4 * CUPOOL_LIVE_COMMAND], version[64];
+    live_printable(p->policy, policy, sizeof policy, sizeof p->policy);
+    live_printable(p->free_option, free_option, sizeof free_option, sizeof p->free_option);
+    live_printable(p->command, command, sizeof command, CUPOOL_LIVE_COMMAND);
+    live_printable(p->version_text, version, sizeof version, sizeof p->version_text);
+    fprintf(out, "cupool: statistics for pid %d (policy %s, free mode %s)\n", (int)p->pid, policy, free_option);
+    fprintf(out, "cupool:   command: %s\n", command);
+    fprintf(out, "cupool:   cupool %s; updated %.1f s ago (update %llu, every %u ms)\n", version,
             now > p->updated_ns ? (double)(now - p->updated_ns) / 1e9 : 0.0, U(p->updates), p->interval_ms);
     for (uint32_t k = 0; k < p->ndevices; k++) {
         const cupool_live_device_t *d = &p->device[k];
@@ -463,12 +487,13 @@ int main(int argc, char **argv)
         {"once", no_argument, NULL, '1'},       {"json", no_argument, NULL, 'j'},
         {"delay", required_argument, NULL, 'd'}, {"stat", no_argument, NULL, 's'},
         {"prometheus", required_argument, NULL, 'p'}, {"dir", required_argument, NULL, 'D'},
+        {"command-lines", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},       {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int once = 0, json = 0, delay_ms = 1000, port = -1;
-    int stat = 0;
-    const char *dir = NULL;
+    int stat = 0, command_lines = 0;
+    const char *dir = NULL, *prom_path = NULL;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, ":1jd:sp:hV", longs, NULL)) != -1;) {
         char *end;
@@ -485,10 +510,16 @@ int main(int argc, char **argv)
             break;
         }
         case 's': stat = 1; break;
+        case 'C': command_lines = 1; break;
         case 'p': {
+            if (strchr(optarg, '/')) {
+                prom_path = optarg;
+                port = 0;
+                break;
+            }
             long value = strtol(optarg, &end, 10);
             if (*end || end == optarg || value < 0 || value > 65535) {
-                fprintf(stderr, "cupool top: --prometheus takes a port, 0 to 65535\n");
+                fprintf(stderr, "cupool top: --prometheus takes a port, 0 to 65535, or a socket path with a /\n");
                 return 2;
             }
             port = (int)value;
@@ -525,7 +556,7 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (stat) return stat_pid(dir, argv[optind], json);
-    if (port >= 0) return prom_serve(dir, port, &stop);
+    if (port >= 0) return prom_serve(dir, port, prom_path, command_lines, &stop);
     if (!json && !once) return view(dir, delay_ms);
     while (!stop) {
         size_t n;

@@ -69,6 +69,7 @@ static int call_kind(const char *call, uint8_t *mem)
         if (strcmp(call, memory_calls[i].name) == 0) return *mem = memory_calls[i].mem, memory_calls[i].kind;
     if (strcmp(call, "cupool.start") == 0) return TRACE_START;
     if (strcmp(call, "cupool.message") == 0) return TRACE_MESSAGE;
+    if (strcmp(call, "cupool.end") == 0) return TRACE_END;
     return TRACE_OTHER;
 }
 
@@ -89,8 +90,30 @@ static int route_code(const char *route)
     return TRACE_ROUTE_UNKNOWN;
 }
 
+/* What a log says of its own completeness: start lines promising an end
+ * line, end lines, and what the incomplete ones say. */
+typedef struct ending {
+    unsigned promised, ends, incomplete;
+    uint64_t lost;
+    char error[128];
+} ending_t;
+
+static void note_ending(const jsonl_line_t *line, int kind, ending_t *e)
+{
+    const jsonl_field_t *f;
+    if (kind == TRACE_START && (f = jsonl_get(line, "end_line")) && f->type == JSONL_TRUE) e->promised++;
+    if (kind != TRACE_END) return;
+    e->ends++;
+    f = jsonl_get(line, "complete");
+    if (f && f->type == JSONL_TRUE) return;
+    e->incomplete++;
+    uint64_t lost = 0;
+    if (jsonl_get_u64(line, "lost_lines", &lost) == 0) e->lost += lost;
+    if (!e->error[0]) jsonl_get_str(line, "error", e->error, sizeof e->error);
+}
+
 /* Fills *r from one line; returns NULL or why the line is rejected. */
-static const char *record_of(trace_t *t, const char *text, size_t len, trace_record_t *r)
+static const char *record_of(trace_t *t, const char *text, size_t len, trace_record_t *r, ending_t *ending)
 {
     jsonl_line_t line;
     const char *error;
@@ -102,6 +125,7 @@ static const char *record_of(trace_t *t, const char *text, size_t len, trace_rec
     if (jsonl_get_str(&line, "call", call, sizeof call) != 0 || !call[0]) return "missing or bad \"call\"";
     r->kind = (uint8_t)call_kind(call, &r->mem);
     r->call = intern(t, call);
+    note_ending(&line, r->kind, ending);
     r->dev = -1;
     r->ok = 1;
     r->route = TRACE_ROUTE_UNKNOWN;
@@ -163,12 +187,14 @@ int trace_read(trace_t *t, const char *path, const char *prog)
     ssize_t len;
     uint32_t lineno = 0;
     size_t rejected = 0;
+    ending_t ending;
+    memset(&ending, 0, sizeof ending);
     while ((len = getline(&text, &size, f)) >= 0) {
         lineno++;
         if (len > 0 && text[len - 1] == '\n') len--;
         if (len == 0) continue; /* blank lines are harmless */
         trace_record_t r;
-        const char *why = record_of(t, text, (size_t)len, &r);
+        const char *why = record_of(t, text, (size_t)len, &r, &ending);
         if (why) {
             if (!t->quiet && rejected < TRACE_SHOWN_REJECTS)
                 fprintf(stderr, "%s: %s:%u: %s; line skipped\n", prog, path, lineno, why);
@@ -195,6 +221,18 @@ int trace_read(trace_t *t, const char *path, const char *prog)
     if (unreadable) {
         fprintf(stderr, "%s: error reading %s\n", prog, path);
         return -1;
+    }
+    /* A log cut short says so, or lacks the end line its start promised. */
+    if (ending.incomplete) {
+        if (!t->quiet)
+            fprintf(stderr, "%s: %s: the log is incomplete: %llu lines could not be written (%s)\n", prog, path,
+                    (unsigned long long)ending.lost, ending.error[0] ? ending.error : "unknown error");
+        t->incomplete++;
+    } else if (ending.promised && !ending.ends) {
+        if (!t->quiet)
+            fprintf(stderr, "%s: %s: the log may be incomplete: it has no end line (its process still runs, was "
+                            "killed, or could not write it)\n", prog, path);
+        t->incomplete++;
     }
     return 0;
 }

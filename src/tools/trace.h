@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { TRACE_OTHER, TRACE_ALLOC, TRACE_FREE, TRACE_START, TRACE_MESSAGE };
+enum { TRACE_OTHER, TRACE_ALLOC, TRACE_FREE, TRACE_START, TRACE_MESSAGE, TRACE_END };
 enum { TRACE_ROUTE_NONE, TRACE_ROUTE_POOL, TRACE_ROUTE_NATIVE, TRACE_ROUTE_REWRITTEN, TRACE_ROUTE_UNKNOWN };
 /* The memory an allocation or free is of: the line's "kind" field ("host",
  * "managed"; device lines have none), else what its call implies
@@ -51,6 +51,7 @@ typedef struct trace {
     char **names; /* interned call and result names */
     size_t name_count;
     size_t rejected; /* malformed lines skipped */
+    size_t incomplete; /* logs that say they are incomplete, or lack the end line their start promised */
     size_t files;
     int quiet;       /* set before reading: no message for a malformed line */
 } trace_t;
