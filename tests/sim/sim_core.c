@@ -196,6 +196,7 @@ static void read_environment(void)
     sim.pool_call_us = (unsigned)env_size("SIMCUDA_POOL_CALL_US", 0);
     sim.host_cap[0] = (size_t)env_size("SIMCUDA_HOST_MEM", SIZE_MAX);
     sim.host_cap[1] = (size_t)env_size("SIMCUDA_MANAGED_MEM", SIZE_MAX);
+    sim_shared_open();
     const char *races = getenv("SIMCUDA_RACES");
     if (!races || !*races || strcmp(races, "fatal") == 0)
         sim.races = SIM_RACES_FATAL;
