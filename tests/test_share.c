@@ -21,6 +21,8 @@
  *               plain file, and as root one owned by another user) are
  *               never connected to, while a 0600 socket of the user is;
  *   open-folder a folder others may enter is not used: B fails and says so;
+ *   other-device a process on another device answers that it holds
+ *               nothing there (simulator only);
  *   idle-keep   A with CUPOOL_IDLE_KEEP=0 hands its idle memory back by
  *               itself: B, with CUPOOL_SHARE=0, succeeds after a moment.
  *
@@ -444,6 +446,44 @@ static int open_folder(void)
     return failed;
 }
 
+/* A process on another device is asked, and answers that it holds
+ * nothing there (simulator only: one GPU has one device). */
+static int other_device(void)
+{
+    if (real_driver()) {
+        fprintf(stderr, "other-device: skipped on the real driver\n");
+        return 0;
+    }
+    char share[256], device[256], other[300];
+    case_paths("other-device", share, device, sizeof share);
+    env_set_case(share, device);
+    snprintf(other, sizeof other, "SIMCUDA_SHARED_DEVICE=%s.other", device);
+    holder_t h;
+    int failed = 0;
+    if (holder_start(&h, (const char *const[]){other, NULL}) != 0) {
+        kill(h.pid, SIGKILL);
+        waitpid(h.pid, NULL, 0);
+        fprintf(stderr, "other-device: FAILED (holder)\n");
+        return 1;
+    }
+    /* More than the device holds: B asks everyone. */
+    snprintf(h.want, sizeof h.want, "%llu", 1024ull * MiB);
+    int result = -1;
+    unsigned long long ms = 0;
+    tl_child_t b;
+    if (needer_run(&h, (const char *const[]){"CUPOOL_VERBOSE=1", NULL}, &result, &ms, &b) != 0) {
+        failed = 1;
+    } else if (result != CUDA_ERROR_OUT_OF_MEMORY || !strstr(b.err, "asked 1 other processes (0 not asked), 0 answered")) {
+        tl_child_dump("needer", &b);
+        failed = 1;
+    }
+    tl_child_free(&b);
+    char said[256];
+    if (holder_finish(&h, said, sizeof said) != 0) failed = 1;
+    fprintf(stderr, "other-device: %s\n", failed ? "FAILED" : "passed");
+    return failed;
+}
+
 static void remove_tree(const char *path)
 {
     char cmd[512];
@@ -465,13 +505,14 @@ int main(int argc, char **argv)
     const char *const verbose[] = {"CUPOOL_VERBOSE=1", NULL};
     const char *const idle[] = {"CUPOOL_IDLE_KEEP=0", NULL};
     int failed = 0;
-    failed += run_case("reclaim", verbose, verbose, A_ASKED, 1, "handed back");
+    failed += run_case("reclaim", verbose, verbose, A_ASKED, 1, "processes (0 not asked), 1 answered");
     failed += run_case("asker-off", none, off, A_ASKED, 0, NULL);
     failed += run_case("holder-off", off, none, A_ASKED, 0, NULL);
     failed += run_case("stopped", none, none, A_STOPPED, 0, NULL);
     failed += run_case("dead", none, none, A_KILLED, 1, NULL);
     failed += strangers();
     failed += open_folder();
+    failed += other_device();
     failed += run_case("idle-keep", idle, off, A_IDLE, 1, NULL);
     if (real_driver()) fprintf(stderr, "ran on the real driver\n");
     remove_tree(top);

@@ -138,20 +138,26 @@ static int private_folder(char *out, size_t cap)
     return 0;
 }
 
-/* The device's UUID; 0 on success.  Asked once per ordinal. */
+/* The device's UUID; 0 on success.  Asked of the driver once per ordinal
+ * (the asking thread and the answering one may both ask: uuid_lock). */
+static pthread_mutex_t uuid_lock = PTHREAD_MUTEX_INITIALIZER;
 static int device_uuid(int ordinal, uint8_t out[16])
 {
     static uint8_t uuids[CUPOOL_MAX_DEVICES][16];
-    static atomic_int known[CUPOOL_MAX_DEVICES];
+    static int known[CUPOOL_MAX_DEVICES];
     if (ordinal < 0 || ordinal >= CUPOOL_MAX_DEVICES) return -1;
-    if (!atomic_load_explicit(&known[ordinal], memory_order_acquire)) {
+    pthread_mutex_lock(&uuid_lock);
+    if (!known[ordinal]) {
         CUuuid uuid;
-        if (!real_cuDeviceGetUuid_v2 || real_cuDeviceGetUuid_v2(&uuid, (CUdevice)ordinal) != CUDA_SUCCESS) return -1;
-        memcpy(uuids[ordinal], uuid.bytes, 16);
-        atomic_store_explicit(&known[ordinal], 1, memory_order_release);
+        if (real_cuDeviceGetUuid_v2 && real_cuDeviceGetUuid_v2(&uuid, (CUdevice)ordinal) == CUDA_SUCCESS) {
+            memcpy(uuids[ordinal], uuid.bytes, 16);
+            known[ordinal] = 1;
+        }
     }
-    memcpy(out, uuids[ordinal], 16);
-    return 0;
+    int ok = known[ordinal];
+    if (ok) memcpy(out, uuids[ordinal], 16);
+    pthread_mutex_unlock(&uuid_lock);
+    return ok ? 0 : -1;
 }
 
 /* This process's ordinal of the device with this UUID, or -1. */
@@ -461,6 +467,9 @@ static void fork_child(void)
     running = stopping = giving = 0;
     owner = 0;
     socket_path[0] = '\0';
+    /* A thread of the parent may have been asking, or naming a device. */
+    pthread_mutex_init(&ask_lock, NULL);
+    pthread_mutex_init(&uuid_lock, NULL);
     pthread_mutex_unlock(&share_lock);
 }
 
@@ -515,7 +524,8 @@ void cupool_share_start(void)
 {
     int share = (int)cupool_option(CUPOOL_OPT_SHARE);
     int idle = cupool_option(CUPOOL_OPT_IDLE_KEEP) != CUPOOL_SIZE_UNLIMITED;
-    if (!share && !idle) return;
+    /* Without pools cupool holds nothing to hand back. */
+    if ((!share && !idle) || cupool_option(CUPOOL_OPT_POLICY) == CUPOOL_POLICY_OFF) return;
     init_cond();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     pthread_mutex_lock(&share_lock);

@@ -366,6 +366,7 @@ void sim_shared_open(void);                          /* SIMCUDA_SHARED_DEVICE, r
 bool sim_shared_on(void);
 void sim_shared_charge(int device, long long delta); /* this process's use of a device grew (or shrank) */
 size_t sim_shared_used(int device);                  /* every live process's use of a device */
+uint64_t sim_shared_instance(void);                  /* names the devices: the shared file's, else this process's */
 CUresult sim_memset_validate(const sim_memset_params *p, bool graph_node);
 CUresult sim_memset_run(const sim_memset_params *p);
 CUresult sim_memcpy_run(const sim_memcpy_params *p);

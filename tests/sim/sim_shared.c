@@ -11,6 +11,8 @@
  * needs one.  Two processes allocating at the same moment may together
  * overshoot the budget by one allocation: the tests this serves allocate
  * in turn.  A fork()ed child takes a slot of its own at its first charge.
+ * The devices' UUIDs tell the two apart: those of a shared file are the
+ * same in every process that maps it, the others are the process's own.
  */
 #include "sim.h"
 
@@ -37,6 +39,7 @@ typedef struct {
 } shared_file;
 
 static shared_file *shared;
+static uint64_t instance; /* the shared file's device and inode, or 0 */
 static shared_slot *mine;
 static pid_t mine_pid;
 
@@ -51,6 +54,7 @@ void sim_shared_open(void)
     if (fd >= 0 && fstat(fd, &st) == 0 &&
         ((size_t)st.st_size >= sizeof(shared_file) || ftruncate(fd, sizeof(shared_file)) == 0))
         m = mmap(NULL, sizeof(shared_file), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) instance = ((uint64_t)st.st_dev << 32) ^ (uint64_t)st.st_ino;
     if (fd >= 0) close(fd);
     if (m == MAP_FAILED) {
         fprintf(stderr, "simcuda: SIMCUDA_SHARED_DEVICE=%s cannot be used (%s); the device is this process's alone\n",
@@ -58,6 +62,11 @@ void sim_shared_open(void)
         return;
     }
     shared = m;
+}
+
+uint64_t sim_shared_instance(void)
+{
+    return shared ? instance : (uint64_t)getpid() << 8;
 }
 
 bool sim_shared_on(void)
