@@ -172,7 +172,7 @@ static int ordinal_of(const uint8_t uuid[16])
     return -1;
 }
 
-static int peer_is_other_self(int fd, pid_t *pid)
+static int peer_same_user(int fd, pid_t *pid)
 {
     struct ucred cred;
     socklen_t len = sizeof cred;
@@ -265,7 +265,7 @@ static void answer(int fd)
     pid_t peer;
     share_request_t req;
     struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (!peer_is_other_self(fd, &peer) || poll(&p, 1, SHARE_REQUEST_WAIT_MS) != 1 ||
+    if (!peer_same_user(fd, &peer) || poll(&p, 1, SHARE_REQUEST_WAIT_MS) != 1 ||
         recv(fd, &req, sizeof req, MSG_DONTWAIT) != (ssize_t)sizeof req || memcmp(req.magic, SHARE_MAGIC, 8) != 0) {
         close(fd);
         return;
@@ -672,7 +672,7 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
             continue;
         }
         pid_t peer;
-        if (!peer_is_other_self(fd, &peer) || peer == getpid() ||
+        if (!peer_same_user(fd, &peer) || peer == getpid() ||
             send(fd, &req, sizeof req, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof req) {
             close(fd);
             continue;
