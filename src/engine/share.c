@@ -104,6 +104,17 @@ static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER;
 /* What was asked and given, for CUPOOL_STATS. */
 static atomic_ullong asked, answers, received_bytes, given, given_bytes, idle_returns, idle_bytes;
 
+void cupool_share_counts(cupool_share_counts_t *out)
+{
+    out->asked = atomic_load(&asked);
+    out->answers = atomic_load(&answers);
+    out->received_bytes = atomic_load(&received_bytes);
+    out->given = atomic_load(&given);
+    out->given_bytes = atomic_load(&given_bytes);
+    out->idle_returns = atomic_load(&idle_returns);
+    out->idle_bytes = atomic_load(&idle_bytes);
+}
+
 static uint64_t ms_since(uint64_t start_ns)
 {
     return (cupool_now_ns() - start_ns) / 1000000u;
@@ -682,7 +693,7 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
     if (d) closedir(d);
 
     uint64_t released = 0;
-    int answered = 0, waiting = npeers;
+    int answered = 0, waiting = npeers, late;
     while (waiting > 0) {
         uint64_t now = cupool_now_ns();
         if (now >= deadline) break;
@@ -701,6 +712,7 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
             waiting--;
         }
     }
+    late = waiting;
     for (int i = 0; i < npeers; i++)
         if (peers[i].fd >= 0) close(peers[i].fd);
     pthread_mutex_unlock(&ask_lock);
@@ -713,5 +725,7 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
                    "handed back, in %llu ms",
                    c->device->ordinal, npeers, left_out, answered, (unsigned long long)released,
                    (unsigned long long)ms_since(start));
-    return released > 0;
+    /* A process that had not answered by the deadline may still have
+     * handed memory back: one more try costs little. */
+    return released > 0 || late > 0;
 }

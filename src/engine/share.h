@@ -23,9 +23,21 @@ void cupool_share_stop(void);
  * after cupool's own trim: asks the other cupool processes of this user
  * on that device to hand back what they hold idle, waiting for their
  * answers at most CUPOOL_SHARE_WAIT_MS in all.  Returns 1 when one of
- * them handed memory back (the allocation is worth trying again), 0
- * otherwise; never blocks on a process that is dead, stopped or hung. */
+ * them handed memory back, or did not answer in time (and may have: the
+ * allocation is worth trying again), 0 otherwise; never blocks on a process that is dead, stopped or hung. */
 int cupool_share_reclaim(cupool_context_t *c, size_t size);
+
+/* What this process asked and gave so far (for the statistics, the live
+ * page and cupool top): allocations that asked, answers that handed memory
+ * back and their bytes; requests this process answered by handing memory
+ * back and their bytes; hand-backs of idle memory under CUPOOL_IDLE_KEEP
+ * and their bytes. */
+typedef struct {
+    uint64_t asked, answers, received_bytes;
+    uint64_t given, given_bytes;
+    uint64_t idle_returns, idle_bytes;
+} cupool_share_counts_t;
+void cupool_share_counts(cupool_share_counts_t *out);
 
 /* The longest an allocation waits for the other processes' answers. */
 #define CUPOOL_SHARE_WAIT_MS 200
