@@ -309,8 +309,10 @@ static void answer(int fd)
 
 /* ---- handing back idle memory by itself (CUPOOL_IDLE_KEEP) ---------------- */
 
+_Static_assert(CUPOOL_MAX_DEVICES <= 64, "a device is a bit of idle_look_t.seen");
+
 typedef struct {
-    uint32_t seen;                      /* bit d: device d measured this look */
+    uint64_t seen;                      /* bit d: device d measured this look */
     uint64_t reserved[CUPOOL_MAX_DEVICES];
     uint64_t pool_used[CUPOOL_MAX_DEVICES];
     uint64_t ready[CUPOOL_MAX_DEVICES]; /* in the pools' use, but idle */
@@ -323,8 +325,8 @@ static int measure_context(cupool_context_t *c, void *arg)
     int d = dev->ordinal;
     if (!dev->pooled || d < 0 || d >= CUPOOL_MAX_DEVICES) return 0;
     look->ready[d] += cupool_deferred_ready_bytes(c);
-    if (look->seen & (1u << d)) return 0;
-    look->seen |= 1u << d;
+    if (look->seen & (1ull << d)) return 0;
+    look->seen |= 1ull << d;
     int pushed = cupool_enter_context(c->ctx);
     for (int i = 0; i < dev->npools; i++) {
         cuuint64_t used = 0, reserved = 0;
@@ -351,7 +353,7 @@ static void idle_tick(uint64_t bound)
     cupool_each_context(measure_context, &look);
     unsigned slot = tick++ % IDLE_PEAK_TICKS;
     for (int d = 0; d < CUPOOL_MAX_DEVICES; d++) {
-        if (!(look.seen & (1u << d))) {
+        if (!(look.seen & (1ull << d))) {
             over[d] = 0;
             continue;
         }
