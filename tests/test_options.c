@@ -100,6 +100,9 @@ static const option_case_t options[] = {
     {"CUPOOL_HOST_KEEP", "1G", {"0", "256M", "unlimited"}, {"-1", "lots", "25%"}},
     {"CUPOOL_MANAGED", "1", {"0", "1", "off", "on"}, {"2", "managed"}},
     {"CUPOOL_MANAGED_KEEP", "1G", {"0", "64M", "unlimited"}, {"-1G", "some", "50%"}},
+    {"CUPOOL_SHARE", "1", {"0", "1", "off", "on"}, {"2", "share"}},
+    {"CUPOOL_SHARE_DIR", "/dev/shm", {NULL}, {NULL}}, /* any text is a directory: tests/test_share.c */
+    {"CUPOOL_IDLE_KEEP", "unlimited", {"0", "1G", "unlimited", "25%"}, {"-1", "idle", "25 %"}},
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 

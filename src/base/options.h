@@ -51,7 +51,13 @@
     X(HOST_KEEP, "CUPOOL_HOST_KEEP", SIZE, "1G", NULL, "bytes of freed pinned host memory the process keeps for reuse") \
     X(MANAGED, "CUPOOL_MANAGED", BOOL, "1", NULL,                                                                \
       "keep freed managed memory (cuMemAllocManaged) for the next allocation of its flags and size")          \
-    X(MANAGED_KEEP, "CUPOOL_MANAGED_KEEP", SIZE, "1G", NULL, "bytes of freed managed memory the process keeps for reuse")
+    X(MANAGED_KEEP, "CUPOOL_MANAGED_KEEP", SIZE, "1G", NULL, "bytes of freed managed memory the process keeps for reuse") \
+    X(SHARE, "CUPOOL_SHARE", BOOL, "1", NULL,                                                                   \
+      "out of device memory, ask the other cupool processes of this user on the device to hand back what they hold idle, and answer their asking") \
+    X(SHARE_DIR, "CUPOOL_SHARE_DIR", STRING, "/dev/shm", NULL,                                                 \
+      "directory holding the private folder cupool-share.UID of the sockets through which processes ask each other") \
+    X(IDLE_KEEP, "CUPOOL_IDLE_KEEP", HELD, "unlimited", NULL,                                                  \
+      "idle device memory (pool cache, ready blocks) a process keeps past a moment; the rest goes back by itself (N% = share of the recent peak in use)")
 
 enum cupool_option {
 #define CUPOOL_OPTION_ENUM(id, ...) CUPOOL_OPT_##id,

@@ -84,6 +84,7 @@
     X(cuDeviceGetCount)            \
     X(cuDeviceGetAttribute)        \
     X(cuDeviceGetDefaultMemPool)   \
+    X(cuDeviceGetUuid_v2)          \
     X(cuDevicePrimaryCtxGetState)  \
     X(cuCtxGetCurrent)             \
     X(cuCtxGetDevice)              \

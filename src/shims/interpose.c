@@ -11,6 +11,7 @@
  * base/real_driver.c.
  */
 #include "../engine/engine.h"
+#include "../engine/share.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -54,6 +55,7 @@ static void at_exit(void)
     /* The driver may already be gone: only our own memory is touched here.
      * The live page's thread asks the driver: it is stopped first. */
     cupool_live_stop();
+    cupool_share_stop();
     cupool_ipc_stop();
     /* The log first: the summary says how many of its lines were lost. */
     cupool_log_flush();
@@ -96,6 +98,7 @@ static void start(void)
     cupool_engine_start();
     cupool_kept_start();
     cupool_live_start();
+    cupool_share_start();
     atomic_store(&cupool_hot.started, 1);
 }
 

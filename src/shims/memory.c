@@ -10,6 +10,7 @@
  * managed memory goes to the kept store (engine/kept_store.c, shims/host.c).
  */
 #include "../engine/engine.h"
+#include "../engine/share.h"
 
 /* Allocation pitch the driver uses for cuMemAllocPitch on current GPUs. */
 #define PITCH_ALIGNMENT 512
@@ -69,7 +70,10 @@ static void trim_for_retry(cupool_context_t *c)
     cupool_kept_release(0);
 }
 
-static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size, cupool_call_t *call)
+/* asked: the other processes on the device were asked for this
+ * allocation already (share.c); else they are, once cupool's own trim has
+ * not been enough. */
+static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size, cupool_call_t *call, int asked)
 {
     call->route = CUPOOL_ROUTE_NATIVE;
     CUresult r = real_cuMemAlloc_v2(dptr, size);
@@ -77,6 +81,7 @@ static CUresult native_alloc(cupool_context_t *c, CUdeviceptr *dptr, size_t size
         trim_for_retry(c);
         r = real_cuMemAlloc_v2(dptr, size);
     }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && c && !asked && cupool_share_reclaim(c, size)) r = real_cuMemAlloc_v2(dptr, size);
     if (r == CUDA_SUCCESS) cupool_stats_alloc(call->device, CUPOOL_ROUTE_NATIVE, size);
     return r;
 }
@@ -176,25 +181,31 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
         call->device = c->device->ordinal;
         pool = cupool_pick_pool(c->device, size);
     }
-    if (!pool) return native_alloc(c, dptr, size, call);
+    if (!pool) return native_alloc(c, dptr, size, call, 0);
 
     CUresult r = pool_alloc_once(c, pool, dptr, size, &call->mode);
+    int asked = 0;
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         trim_for_retry(c);
         r = pool_alloc_once(c, pool, dptr, size, &call->mode);
+        /* Still short: what the other processes on the device hold idle. */
+        if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+            asked = 1;
+            if (cupool_share_reclaim(c, size)) r = pool_alloc_once(c, pool, dptr, size, &call->mode);
+        }
     }
     if (r != CUDA_SUCCESS) {
         if (r != CUDA_ERROR_OUT_OF_MEMORY)
             cupool_message(CUPOOL_MSG_WARN, "pool allocation of %zu bytes failed (%s); using cuMemAlloc", size,
                            cupool_result_name(r));
-        return native_alloc(c, dptr, size, call);
+        return native_alloc(c, dptr, size, call, asked);
     }
     cupool_origin_t origin = {.ptr = *dptr, .size = size, .owner = c, .pool = pool, .mode = call->mode};
     if (cupool_origin_insert(&origin) != 0) {
         /* Without a record the free could not find its pool: go native. */
         cupool_message_once(CUPOOL_MSG_WARN, "out of host memory for the origin table; using cuMemAlloc");
         cupool_free_block(c, &origin, cupool_free_keeps_block(&origin));
-        return native_alloc(c, dptr, size, call);
+        return native_alloc(c, dptr, size, call, asked);
     }
     cupool_device_used(c->device, (int64_t)size);
     call->route = CUPOOL_ROUTE_POOL;

@@ -361,6 +361,13 @@ bool sim_alloc_is_host(const sim_alloc *a);    /* pinned host memory: cuMemHostA
 bool sim_alloc_is_managed(const sim_alloc *a); /* cuMemAllocManaged or a managed pool's block */
 void sim_ctx_free_memory(CUcontext ctx);
 size_t sim_device_free_bytes(int device);
+
+/* ---- a device shared between processes (sim_shared.c) ------------------------ */
+void sim_shared_open(void);                          /* SIMCUDA_SHARED_DEVICE, read at cuInit */
+bool sim_shared_on(void);
+void sim_shared_charge(int device, long long delta); /* this process's use of a device grew (or shrank) */
+size_t sim_shared_used(int device);                  /* every live process's use of a device */
+uint64_t sim_shared_instance(void);                  /* names the devices: the shared file's, else this process's */
 CUresult sim_memset_validate(const sim_memset_params *p, bool graph_node);
 CUresult sim_memset_run(const sim_memset_params *p);
 CUresult sim_memcpy_run(const sim_memcpy_params *p);

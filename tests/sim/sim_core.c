@@ -197,6 +197,7 @@ static void read_environment(void)
     sim.pool_call_us = (unsigned)env_size("SIMCUDA_POOL_CALL_US", 0);
     sim.host_cap[0] = (size_t)env_size("SIMCUDA_HOST_MEM", SIZE_MAX);
     sim.host_cap[1] = (size_t)env_size("SIMCUDA_MANAGED_MEM", SIZE_MAX);
+    sim_shared_open();
     const char *races = getenv("SIMCUDA_RACES");
     if (!races || !*races || strcmp(races, "fatal") == 0)
         sim.races = SIM_RACES_FATAL;
@@ -387,8 +388,13 @@ SIM_API CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     SIM_BEGIN;
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
     SIM_CHECK(sim_device_check(dev));
+    /* Each process's simulated devices are its own, unless it shares them
+     * (SIMCUDA_SHARED_DEVICE): the UUID says which, as a GPU's names the
+     * card every process on it sees. */
     memset(uuid->bytes, 0, sizeof uuid->bytes);
     memcpy(uuid->bytes, "simcuda", 7);
+    uint64_t instance = sim_shared_instance();
+    memcpy(uuid->bytes + 7, &instance, sizeof instance);
     uuid->bytes[15] = (char)dev;
     return CUDA_SUCCESS;
 }

@@ -7,7 +7,8 @@
  * copies and memsets.  cuMemAlloc memory is mapped by sim_ipc.c so that other
  * processes can open it; memory mapped from other processes (IPC openings and
  * pool imports) costs this process's budget nothing, and neither does pinned
- * host or managed memory (sim_host.c).  Device pointers are real host addresses, so tests can
+ * host or managed memory (sim_host.c).  With SIMCUDA_SHARED_DEVICE the budget
+ * is shared with other processes (sim_shared.c).  Device pointers are real host addresses, so tests can
  * read and write them; every device range an operation touches must lie inside
  * one live allocation (CUDA_ERROR_INVALID_VALUE when enqueued, and
  * CUDA_ERROR_ILLEGAL_ADDRESS if the memory is gone by the time a graph runs).
@@ -95,7 +96,7 @@ bool sim_alloc_is_managed(const sim_alloc *a)
 size_t sim_device_free_bytes(int device)
 {
     const sim_device *d = &sim.dev[device];
-    size_t used = d->plain_bytes + d->pool_reserved;
+    size_t used = sim_shared_on() ? sim_shared_used(device) : d->plain_bytes + d->pool_reserved;
     return used >= d->budget ? 0 : d->budget - used;
 }
 
@@ -108,6 +109,7 @@ static size_t plain_charge(size_t size)
 static void plain_free(sim_alloc *a)
 {
     sim.dev[a->device].plain_bytes -= plain_charge(a->size);
+    sim_shared_charge(a->device, -(long long)plain_charge(a->size));
     sim_plain_unmap(a);
 }
 
@@ -140,6 +142,7 @@ static CUresult plain_alloc(CUdeviceptr *dptr, size_t size)
     sim_alloc *a = sim_plain_map(size, ctx);
     if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
     sim.dev[ctx->device].plain_bytes += plain_charge(size);
+    sim_shared_charge(ctx->device, (long long)plain_charge(size));
     *dptr = (CUdeviceptr)a->base;
     return CUDA_SUCCESS;
 }

@@ -147,7 +147,10 @@ static void chunk_release(CUmemoryPool pool, sim_chunk **link)
     sim_chunk *c = *link;
     *link = c->next;
     pool->reserved -= c->size;
-    if (pool_charges_device(pool)) sim.dev[pool->device].pool_reserved -= c->size;
+    if (pool_charges_device(pool)) {
+        sim.dev[pool->device].pool_reserved -= c->size;
+        sim_shared_charge(pool->device, -(long long)c->size);
+    }
     if (pool->fd >= 0) {
         munmap(c->host, c->size);
         if (!c->exported)
@@ -250,7 +253,10 @@ static sim_chunk *chunk_reserve(CUmemoryPool pool, size_t need)
     c->next = pool->chunks;
     pool->chunks = c;
     pool->reserved += size;
-    if (pool_charges_device(pool)) sim.dev[pool->device].pool_reserved += size;
+    if (pool_charges_device(pool)) {
+        sim.dev[pool->device].pool_reserved += size;
+        sim_shared_charge(pool->device, (long long)size);
+    }
     if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
     return c;
 }

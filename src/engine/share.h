@@ -1,0 +1,45 @@
+/*
+ * One device, several processes (share.c): the cupool processes of one
+ * user on one GPU ask each other for the device memory they hold idle when
+ * one of them runs out (CUPOOL_SHARE), and each may hand back by itself
+ * what it holds idle past a bound (CUPOOL_IDLE_KEEP).  The shims call
+ * cupool_share_reclaim on the out-of-memory path, after cupool's own trim
+ * and retry; start-up and exit start and stop the thread that answers.
+ */
+#ifndef CUPOOL_ENGINE_SHARE_H
+#define CUPOOL_ENGINE_SHARE_H
+
+#include "state.h"
+
+/* Makes this process's socket and starts the thread that answers other
+ * processes (and hands idle memory back under CUPOOL_IDLE_KEEP); nothing
+ * with CUPOOL_SHARE=0 and no CUPOOL_IDLE_KEEP.  At start-up, once. */
+void cupool_share_start(void);
+/* At exit, before the driver may be gone: no more answers, the socket
+ * removed (an answer in progress is waited for, a bounded time), and
+ * with CUPOOL_STATS what was asked and handed back. */
+void cupool_share_stop(void);
+/* The device of c is out of memory for an allocation of `size` bytes
+ * after cupool's own trim: asks the other cupool processes of this user
+ * on that device to hand back what they hold idle, waiting for their
+ * answers at most CUPOOL_SHARE_WAIT_MS in all.  Returns 1 when one of
+ * them handed memory back, or did not answer in time (and may have: the
+ * allocation is worth trying again), 0 otherwise; never blocks on a process that is dead, stopped or hung. */
+int cupool_share_reclaim(cupool_context_t *c, size_t size);
+
+/* What this process asked and gave so far (for the statistics, the live
+ * page and cupool top): allocations that asked, answers that handed memory
+ * back and their bytes; requests this process answered by handing memory
+ * back and their bytes; hand-backs of idle memory under CUPOOL_IDLE_KEEP
+ * and their bytes. */
+typedef struct {
+    uint64_t asked, answers, received_bytes;
+    uint64_t given, given_bytes;
+    uint64_t idle_returns, idle_bytes;
+} cupool_share_counts_t;
+void cupool_share_counts(cupool_share_counts_t *out);
+
+/* The longest an allocation waits for the other processes' answers. */
+#define CUPOOL_SHARE_WAIT_MS 200
+
+#endif
