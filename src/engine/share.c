@@ -505,11 +505,11 @@ static int make_socket(void)
     if (listen_fd < 0) return -1;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path, socket_path, strlen(socket_path) + 1);
-    /* Created owner-only whatever the program's umask; askers refuse a
-     * socket others may open. */
-    mode_t old = umask(077);
+    /* No umask around the bind: it is the whole process's, and another
+     * thread's file made meanwhile would get its mode.  The folder is the
+     * user's alone (0700), so nobody else reaches the socket before the
+     * chmod; askers refuse a socket that is not 0600 yet. */
     int bound = bind(listen_fd, (struct sockaddr *)&a, sizeof a);
-    umask(old);
     if (bound != 0 || chmod(socket_path, 0600) != 0 || listen(listen_fd, SHARE_MAX_PEERS) != 0 ||
         pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         cupool_message(CUPOOL_MSG_WARN, "sharing the device off: cannot make the socket %s: %s", socket_path,
