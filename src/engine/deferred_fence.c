@@ -55,10 +55,6 @@
  * query of its stream waits too: out of memory only where the frees could
  * not help.  The batch stays, with its fence and bytes, as the count of
  * memory waiting for the GPU (statistics, CUPOOL_DEFERRED_WAIT). */
-static int order_on_gpu(void)
-{
-    return cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_GPU;
-}
 
 static CUevent take_event(cupool_context_t *c)
 {
@@ -197,20 +193,6 @@ void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream)
     cupool_relaxed_end(previous);
 }
 
-/* Records `fence` unless a stream capture is in progress (the fence would
- * invalidate it): the check and the record under the capture gate, so that
- * no capture begins in between.  Returns record_fence()'s answer, or
- * CUPOOL_CAPTURE_IN_PROGRESS: the caller then waits for the capture to
- * end.  The gate is never held across a synchronization: a thread
- * beginning a capture may wait for it while the GPU's work waits for that
- * thread. */
-static CUresult cupool_record_fence_gated(cupool_context_t *c, CUevent fence)
-{
-    cupool_capture_gate_enter();
-    CUresult r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS : record_fence(c, fence);
-    cupool_capture_gate_leave();
-    return r;
-}
 
 /* After a completed fence, makes cupool's private stream wait for it: the
  * wait costs nothing on the GPU but makes the frees that follow
@@ -228,7 +210,7 @@ static void order_after(cupool_context_t *c, CUevent fence)
  * c->lock and the capture gate held, no capture in progress. */
 static int free_behind(cupool_context_t *c, deferred_batch_t *batch)
 {
-    if (!order_on_gpu()) return 0;
+    if (!cupool_deferred_on_gpu()) return 0;
     CUresult r = fan_in_ready(c);
     if (r == CUDA_SUCCESS) r = real_cuStreamWaitEvent(c->fence_stream, batch->fence, 0);
     if (r != CUDA_SUCCESS) {
@@ -240,6 +222,24 @@ static int free_behind(cupool_context_t *c, deferred_batch_t *batch)
     cupool_release_blocks(c, batch->blocks, c->fence_stream);
     batch->blocks = NULL;
     return 1;
+}
+
+/* Records `fence` unless a stream capture is in progress (the fence would
+ * invalidate it): the check and the record under the capture gate, so that
+ * no capture begins in between; with a batch, its blocks go back to their
+ * pools behind the fence under the same hold (free_behind).  Returns record_fence()'s answer, or
+ * CUPOOL_CAPTURE_IN_PROGRESS: the caller then waits for the capture to
+ * end.  The gate is never held across a synchronization: a thread
+ * beginning a capture may wait for it while the GPU's work waits for that
+ * thread. */
+static CUresult cupool_record_fence_gated(cupool_context_t *c, CUevent fence, deferred_batch_t *batch)
+{
+    cupool_capture_gate_enter();
+    CUresult r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS : record_fence(c, fence);
+    if (r == CUDA_SUCCESS && batch && free_behind(c, batch))
+        atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->gpu_ordered_frees, 1, memory_order_relaxed);
+    cupool_capture_gate_leave();
+    return r;
 }
 
 /* Sets a fence after all the work of the context and queues the pending
@@ -255,13 +255,7 @@ static void record_batch(cupool_context_t *c)
         batch->blocks = c->pending;
         batch->bytes = 0;
         for (deferred_block_t *b = c->pending; b; b = b->next) batch->bytes += b->size;
-        /* The fence and the frees behind it under one hold of the gate: no
-         * capture may begin between them. */
-        cupool_capture_gate_enter();
-        r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS : record_fence(c, batch->fence);
-        if (r == CUDA_SUCCESS && free_behind(c, batch))
-            atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->gpu_ordered_frees, 1, memory_order_relaxed);
-        cupool_capture_gate_leave();
+        r = cupool_record_fence_gated(c, batch->fence, batch);
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
     if (r == CUPOOL_CAPTURE_IN_PROGRESS) {
@@ -292,7 +286,7 @@ static void record_batch(cupool_context_t *c)
 static void release_held(cupool_context_t *c)
 {
     CUevent fence = take_event(c);
-    CUresult r = fence ? cupool_record_fence_gated(c, fence) : CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = fence ? cupool_record_fence_gated(c, fence, NULL) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUPOOL_CAPTURE_IN_PROGRESS) {
         if (r == CUDA_SUCCESS) r = real_cuEventSynchronize(fence);
         else real_cuCtxSynchronize(); /* could not record: the strongest order */
@@ -350,7 +344,7 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t s
      * pools already (CUPOOL_DEFERRED_ORDER=gpu) only count bytes, which the
      * next free brings up to date: only a wait for everything waits for
      * them. */
-    int waiting = keep == 0 || !order_on_gpu() ? cupool_deferred_waiting(c)
+    int waiting = keep == 0 || !cupool_deferred_on_gpu() ? cupool_deferred_waiting(c)
                                                : CUPOOL_HINT_READ(c->pending) || CUPOOL_HINT_READ(c->held);
     if (!waiting && !(CUPOOL_HINT_READ(c->ready_oldest) && (size || keep == 0))) return 0;
     pthread_mutex_lock(&c->lock);
@@ -444,7 +438,7 @@ CUresult cupool_fence_record(cupool_context_t *c, CUevent *fence)
     int pushed = cupool_enter_context(c->ctx);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     CUevent ev = take_event(c);
-    CUresult r = ev ? cupool_record_fence_gated(c, ev) : CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = ev ? cupool_record_fence_gated(c, ev, NULL) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS) *fence = ev;
     else if (ev) give_event(c, ev);
     cupool_relaxed_end(previous);

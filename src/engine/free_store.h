@@ -79,6 +79,14 @@ static inline void cupool_give_record(cupool_spare_list_t *list, void *record)
     list->count++;
 }
 
+/* Whether `deferred` frees go back to their pools at once, ordered on the
+ * GPU behind their fences (CUPOOL_DEFERRED_ORDER=gpu, deferred_fence.c),
+ * rather than held until the fences have completed (`host`). */
+static inline int cupool_deferred_on_gpu(void)
+{
+    return cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_GPU;
+}
+
 /* A miss of at least this size makes the store hand back its oldest
  * blocks, as many bytes as the allocation asks, before the pool serves it.
  * Smaller requests fit in granules the pool already holds and would only

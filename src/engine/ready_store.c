@@ -122,7 +122,7 @@ uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id)
     uint64_t used = pool_used_recent(c->device, cupool_now_ns());
     /* Frees ordered on the GPU left the pools' count at the free. */
     uint64_t held = c->ready_bytes;
-    if (cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_HOST) held += c->deferred_bytes;
+    if (!cupool_deferred_on_gpu()) held += c->deferred_bytes;
     uint64_t in_use = used > held ? used - held : 0;
     uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
     return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
@@ -138,10 +138,9 @@ uint64_t cupool_ready_cap(cupool_context_t *c)
     int mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     /* Frees ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu) go to the pool,
      * not here: in `deferred` the store then only empties. */
-    int store = mode == CUPOOL_FREE_DEFERRED && cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_HOST;
-    uint64_t cap = store                         ? cupool_held_cap(c, CUPOOL_OPT_DEFERRED_READY)
-                   : mode == CUPOOL_FREE_ORDERED ? cupool_option_started(CUPOOL_OPT_ORDERED_READY)
-                                                 : 0;
+    uint64_t cap = 0;
+    if (mode == CUPOOL_FREE_ORDERED) cap = cupool_option_started(CUPOOL_OPT_ORDERED_READY);
+    else if (mode == CUPOOL_FREE_DEFERRED && !cupool_deferred_on_gpu()) cap = cupool_held_cap(c, CUPOOL_OPT_DEFERRED_READY);
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
     uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (threshold < cap) cap = threshold;
