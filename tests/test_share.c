@@ -263,7 +263,16 @@ static int run_case(const char *name, const char *const *env_a, const char *cons
         fprintf(stderr, "%s: FAILED (holder)\n", name);
         return 1;
     }
-    if (fate == A_STOPPED) kill(h.pid, SIGSTOP);
+    if (fate == A_STOPPED) {
+        /* Stopped before B asks, not only signalled: on a loaded machine
+         * the stop can come after B's first look. */
+        int st;
+        kill(h.pid, SIGSTOP);
+        if (waitpid(h.pid, &st, WUNTRACED) != h.pid || !WIFSTOPPED(st)) {
+            fprintf(stderr, "%s: the holder did not stop\n", name);
+            failed = 1;
+        }
+    }
     if (fate == A_KILLED) {
         kill(h.pid, SIGKILL);
         waitpid(h.pid, NULL, 0);
