@@ -221,6 +221,13 @@ static int give_back_context(cupool_context_t *c, void *arg)
      * Frees behind the program's work, on the legacy stream, are not
      * waited for. */
     real_cuStreamSynchronize(c->private_stream);
+    /* Frees ordered on the GPU behind `deferred`'s fences (deferred_fence.c)
+     * go on cupool's fence stream: a query shows the pool those the GPU has
+     * passed, without a wait for the program's work. */
+    pthread_mutex_lock(&c->lock);
+    CUstream fence_stream = c->fence_stream;
+    pthread_mutex_unlock(&c->lock);
+    if (fence_stream) real_cuStreamQuery(fence_stream);
     uint64_t allowance = g->keep;
     for (int i = 0; i < dev->npools; i++) {
         cuuint64_t used = 0, reserved = 0;
