@@ -271,8 +271,8 @@ PyTorch's caching allocator (CuPy's `MemoryPool` for *cupy*), *async* PyTorch's 
 built on; *expandable* the caching allocator with `expandable_segments:True` (PyTorch only; a reference \
 with no target yet); *nocache-…* runs with the framework's caching off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, \
 `cupy.cuda.set_allocator(None)`), natively (first round only) or under cupool, with its default settings, \
-`CUPOOL_FREE=deferred`, or `CUPOOL_DEFERRED_ORDER=host` (*host*: deferred frees held by cupool until their \
-fences complete, measured beside the default order).
+`CUPOOL_FREE=deferred`, or `CUPOOL_DEFERRED_ORDER=gpu` (*gpu*: deferred frees back in their pools at once, \
+ordered on the GPU behind their fences, measured beside the default).
 
 Each configuration runs in its own process, after one warm-up process, in interleaved rounds. Time is a \
 process's median step (%(steps)s timed training steps after %(warmup)s, or per call / iteration over \

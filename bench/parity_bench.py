@@ -35,10 +35,11 @@ Configurations (PyTorch / CuPy):
                            no target compares it)
   nocache-cupool           the same under cupool, default settings
   nocache-cupool-deferred  the same with CUPOOL_FREE=deferred
-  nocache-cupool-host      default settings but CUPOOL_DEFERRED_ORDER=host:
-                           deferred frees held by cupool until their fences
-                           complete instead of ordered on the GPU; measured
-                           beside the defaults, no target of its own
+  nocache-cupool-gpu       default settings but CUPOOL_DEFERRED_ORDER=gpu:
+                           deferred frees back in their pools at once, ordered
+                           on the GPU behind their fences, instead of held by
+                           cupool until the fences complete; measured beside
+                           the defaults, no target of its own
 
 Goal, per workload: cupool's peak memory (both of its configurations) within
 1.10x of caching and 1.15x of async; its step time within 1.03x of caching
@@ -74,11 +75,11 @@ import benchlib as B  # noqa: E402
 
 WORKLOADS = ["cnn", "cnn-stream", "lm", "infer", "cupy"]
 CONFIGS = ["caching", "async", "expandable", "nocache-native", "nocache-cupool", "nocache-cupool-deferred",
-           "nocache-cupool-host"]
+           "nocache-cupool-gpu"]
 CUPOOL_CONFIGS = ["nocache-cupool", "nocache-cupool-deferred"]  # the goal's: each has targets
-# nocache-cupool-host: deferred frees held on the host until their fences
-# complete, the other value of CUPOOL_DEFERRED_ORDER.
-HOST_ORDER_ENV = {"CUPOOL_DEFERRED_ORDER": "host"}
+# nocache-cupool-gpu: deferred frees ordered on the GPU, the other value of
+# CUPOOL_DEFERRED_ORDER.
+GPU_ORDER_ENV = {"CUPOOL_DEFERRED_ORDER": "gpu"}
 FIRST_ROUND_ONLY = ["nocache-native"]
 PYTORCH_ONLY = ["expandable"]
 REFERENCES = ("caching", "async")
@@ -97,8 +98,8 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 
 def config_env(workload, config):
     env = dict(OFFLINE)
-    if config == "nocache-cupool-host":
-        env.update(HOST_ORDER_ENV)
+    if config == "nocache-cupool-gpu":
+        env.update(GPU_ORDER_ENV)
     if workload == "cupy" or config == "caching":
         return env  # CuPy chooses its allocator in the process
     if config == "async":
@@ -114,7 +115,7 @@ def config_free(config):
     """None = no cupool; "" = cupool with its default free mode; else CUPOOL_FREE."""
     if not config.startswith("nocache-cupool"):
         return None
-    if config in ("nocache-cupool", "nocache-cupool-host"):
+    if config in ("nocache-cupool", "nocache-cupool-gpu"):
         return ""
     return config[len("nocache-cupool-"):]
 

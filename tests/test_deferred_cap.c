@@ -11,8 +11,8 @@
  * allocation of their size, and that store stays within its own cap,
  * CUPOOL_DEFERRED_READY.  CUPOOL_STATS counts the frees that waited and
  * says where the peak reserve went.  These cases hold the blocks on the
- * host (CUPOOL_DEFERRED_ORDER=host); host-ahead proves that with the frees
- * ordered on the GPU (the default) nothing waits on the host at all.
+ * host (CUPOOL_DEFERRED_ORDER=host, the default); host-ahead proves that
+ * with the frees ordered on the GPU (`gpu`) nothing waits on the host.
  * Simulator only: a real GPU completes the events too soon to pile
  * anything up.
  */
@@ -84,7 +84,7 @@ static int shares(void)
 }
 
 /* The host runs ahead of a lagging GPU, every fence still pending: frees
- * ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu, the default) put each
+ * ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu) put each
  * block back in its pool at the free, behind its fence, so the pool serves
  * the program's next 1.5 GiB, in other sizes, from that memory and reserves
  * nothing more, and no free waits on the host.  (The simulator runs the
@@ -121,8 +121,8 @@ static int host_ahead(void)
 
 static const tl_case_t cases[] = {
     {"host-ahead", host_ahead,
-     {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_DEFERRED_WAIT=unlimited",
-      "CUPOOL_STATS=1", NULL},
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=gpu", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G",
+      "CUPOOL_DEFERRED_WAIT=unlimited", "CUPOOL_STATS=1", NULL},
      1, "deferred fences with their frees ordered on the GPU behind them "},
     {"lagging-gpu", default_caps,
      {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "CUPOOL_STATS=1", NULL}, 1,

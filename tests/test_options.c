@@ -79,7 +79,7 @@ static const option_case_t options[] = {
     {"CUPOOL_MAX_SIZE", "unlimited", {"4K", "unlimited", "1T"}, {"4X", "-4K", "99999999999T"}},
     {"CUPOOL_SPLIT_SIZE", "1M", {"64K", "2M"}, {"big", "-1M"}},
     {"CUPOOL_LIMIT", "unlimited", {"1G", "unlimited", "2M"}, {"1.5", "lots", "-2G"}},
-    {"CUPOOL_DEFERRED_ORDER", "gpu", {"gpu", "host", "HOST"}, {"device", "cpu", "1"}},
+    {"CUPOOL_DEFERRED_ORDER", "host", {"gpu", "host", "HOST"}, {"device", "cpu", "1"}},
     {"CUPOOL_DEFERRED_READY", "1G", {"0", "256M", "1G", "unlimited", "25%", "12.5%", "0.01%", "10000%"},
      {"-1", "many", "0.5", "0%", "%", "-5%", "12.345%", "10001%", "5M%", "25 %", "25%%", "1e2%", "0x10%"}},
     {"CUPOOL_DEFERRED_WAIT", "1G", {"0", "64M", "unlimited", "50%", "100%"},

@@ -25,8 +25,8 @@
  *   oom:        an allocation that needs the memory the store keeps gets
  *               it, in the store's context or another on the device
  *               (simulator only: SIMCUDA_MEM sets the device's size).
- *   capture-*gpu: capture with the frees ordered on the GPU (the default
- *               order), where the store keeps nothing.
+ *   capture-*gpu: capture with the frees ordered on the GPU
+ *               (CUPOOL_DEFERRED_ORDER=gpu), where the store keeps nothing.
  *   fence-*:    reuse, with each kind of fence CUPOOL_DEFERRED_FENCE
  *               chooses and CUPOOL_VERBOSE saying which: one event for the
  *               whole context (the default), an event on every stream
@@ -745,9 +745,10 @@ static const tl_case_t cases[] = {
     {"held", held, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "SIMCUDA_EVENT_DELAY=3", NULL}, 0},
     {"capture", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", NULL}, 0},
     {"capture-streams", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
-    /* Captures with the frees ordered on the GPU (the default order). */
-    {"capture-gpu", capture, {"CUPOOL_FREE=deferred", NULL}, 0},
-    {"capture-streams-gpu", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
+    /* Captures with the frees ordered on the GPU. */
+    {"capture-gpu", capture, {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=gpu", NULL}, 0},
+    {"capture-streams-gpu", capture,
+     {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=gpu", "CUPOOL_DEFERRED_FENCE=streams", NULL}, 0},
 
     {"ordered-reuse", ordered_reuse, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
      "allocations served by a ready block"},

@@ -20,8 +20,8 @@
     X(MAX_SIZE, "CUPOOL_MAX_SIZE", SIZE, "unlimited", NULL, "largest allocation served from a pool")          \
     X(SPLIT_SIZE, "CUPOOL_SPLIT_SIZE", SIZE, "1M", NULL, "policy split: sizes below this use the small pool")  \
     X(LIMIT, "CUPOOL_LIMIT", SIZE, "unlimited", NULL, "bytes per device the pools may hold; beyond it allocations go native") \
-    X(DEFERRED_ORDER, "CUPOOL_DEFERRED_ORDER", ENUM, "gpu", "gpu|host",                                        \
-      "deferred: a freed block goes back to its pool at once, its free ordered on the GPU behind every stream's work, or is held until its fence has completed") \
+    X(DEFERRED_ORDER, "CUPOOL_DEFERRED_ORDER", ENUM, "host", "host|gpu",                                       \
+      "deferred: a freed block is held until its fence has completed, or goes back to its pool at once, its free ordered on the GPU behind every stream's work") \
     X(DEFERRED_READY, "CUPOOL_DEFERRED_READY", HELD, "1G", NULL,                                              \
       "deferred, order host: bytes of freed blocks, their users done, a context keeps for the next allocation of their size (N% = share of the bytes in use)") \
     X(DEFERRED_WAIT, "CUPOOL_DEFERRED_WAIT", HELD, "1G", NULL,                                                \
@@ -69,7 +69,7 @@ enum cupool_option {
 /* Values of the ENUM options, in the order of their choices string. */
 enum { CUPOOL_POLICY_DEDICATED, CUPOOL_POLICY_DEFAULT, CUPOOL_POLICY_SPLIT, CUPOOL_POLICY_OFF };
 enum { CUPOOL_FREE_AUTO, CUPOOL_FREE_ORDERED, CUPOOL_FREE_DEFERRED, CUPOOL_FREE_SYNC };
-enum { CUPOOL_DEFERRED_GPU, CUPOOL_DEFERRED_HOST };
+enum { CUPOOL_DEFERRED_HOST, CUPOOL_DEFERRED_GPU };
 enum { CUPOOL_FENCE_AUTO, CUPOOL_FENCE_CONTEXT, CUPOOL_FENCE_STREAMS };
 enum { CUPOOL_QUEUE_AUTO, CUPOOL_QUEUE_ON, CUPOOL_QUEUE_OFF };
 enum { CUPOOL_MEMSET_AUTO, CUPOOL_MEMSET_KERNEL, CUPOOL_MEMSET_NATIVE };

@@ -3,10 +3,11 @@
  * `deferred`'s fences and batches: a free in `deferred` sets a fence after
  * the work of every stream that could still use its block, without making
  * the host wait (unless the memory waiting grows past a cap).  By default
- * (CUPOOL_DEFERRED_ORDER=gpu) the block then goes back to its pool at once,
- * its free ordered on the GPU behind the fence; with `host` cupool holds it
- * until the fence has completed, polling on later calls, and keeps it in the
- * ready store (ready_store.c) for the next allocation of its size.  A free
+ * (CUPOOL_DEFERRED_ORDER=host) cupool holds the block until the fence has
+ * completed, polling on later calls, and keeps it in the ready store
+ * (ready_store.c) for the next allocation of its size; with `gpu` the block
+ * goes back to its pool at once, its free ordered on the GPU behind the
+ * fence.  A free
  * made while a stream capture is in progress (any mode) is held here until
  * the capture ends.
  */
