@@ -224,6 +224,16 @@ int cupool_threads_alone(void)
     return !others;
 }
 
+struct timespec cupool_deadline_after_ns(long long ns)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    long long total = (long long)t.tv_nsec + ns;
+    t.tv_sec += (time_t)(total / 1000000000ll);
+    t.tv_nsec = (long)(total % 1000000000ll);
+    return t;
+}
+
 int cupool_thread_start(void *(*main_fn)(void *), const char *name)
 {
     pthread_once(&own_once, own_init);

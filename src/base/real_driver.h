@@ -51,6 +51,9 @@ int cupool_thread_start(void *(*main_fn)(void *), const char *name);
  * pthread_exit, the others returned) and only cupool's are left: the
  * calling thread of cupool's must then end, or the process never would. */
 int cupool_threads_alone(void);
+/* CLOCK_MONOTONIC now plus ns: the deadline of a timed wait of cupool's
+ * threads (their condition variables wait on that clock). */
+struct timespec cupool_deadline_after_ns(long long ns);
 
 static inline void cupool_spin_lock(cupool_spinlock_t *lock)
 {

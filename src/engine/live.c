@@ -251,16 +251,6 @@ static void update(int query)
 
 /* ---- the thread ---------------------------------------------------------- */
 
-static struct timespec after_ns(long long ns)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    long long total = (long long)t.tv_nsec + ns;
-    t.tv_sec += (time_t)(total / 1000000000ll);
-    t.tv_nsec = (long)(total % 1000000000ll);
-    return t;
-}
-
 static void *publisher_main(void *arg)
 {
     (void)arg;
@@ -279,7 +269,7 @@ static void *publisher_main(void *arg)
         in_round = 0;
         pthread_cond_broadcast(&live_cond);
         if (last) break;
-        struct timespec next = after_ns((long long)CUPOOL_LIVE_INTERVAL_MS * 1000000ll);
+        struct timespec next = cupool_deadline_after_ns((long long)CUPOOL_LIVE_INTERVAL_MS * 1000000ll);
         while (!stopping && pthread_cond_timedwait(&live_cond, &live_lock, &next) != ETIMEDOUT) {
         }
     }
@@ -410,7 +400,7 @@ void cupool_live_stop(void)
     }
     stopping = 1;
     pthread_cond_broadcast(&live_cond);
-    struct timespec deadline = after_ns(STOP_WAIT_NS);
+    struct timespec deadline = cupool_deadline_after_ns(STOP_WAIT_NS);
     while (in_round && pthread_cond_timedwait(&live_cond, &live_lock, &deadline) != ETIMEDOUT) {
     }
     unlink(page_path);

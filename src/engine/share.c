@@ -70,7 +70,7 @@
 #define IDLE_TICK_MS 250
 #define IDLE_PEAK_TICKS 40
 /* Without CUPOOL_IDLE_KEEP the thread still wakes this often, to end with
- * the program's last thread (see alone()). */
+ * the program's last thread (cupool_threads_alone). */
 #define ALONE_TICK_MS 1000
 
 typedef struct {
@@ -393,43 +393,6 @@ static void idle_tick(uint64_t bound)
 
 /* ---- the thread ------------------------------------------------------------- */
 
-/* Whether every thread of the program but this one has ended (the main
- * thread called pthread_exit, the others returned): this thread must then
- * end too, or it alone would keep the process alive.  (live.c's thread
- * asks the same.)  The main thread is looked at first, one small read; the
- * rest only once it has ended. */
-static int task_ended(const char *path)
-{
-    char text[512];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 1;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return 1;
-    text[n] = '\0';
-    const char *p = strrchr(text, ')');
-    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
-static int alone(void)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)getpid());
-    if (!task_ended(path)) return 0;
-    DIR *dir = opendir("/proc/self/task");
-    if (!dir) return 0;
-    int others = 0;
-    pid_t self = (pid_t)syscall(SYS_gettid);
-    for (struct dirent *e; !others && (e = readdir(dir));) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        pid_t tid = (pid_t)atoi(e->d_name);
-        if (tid == self || tid == getpid()) continue;
-        snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-        others = !task_ended(path);
-    }
-    closedir(dir);
-    return !others;
-}
 
 static void *serve(void *unused)
 {
@@ -454,7 +417,7 @@ static void *serve(void *unused)
         }
         if (cupool_now_ns() >= next_tick) {
             if (idle_on) idle_tick(bound);
-            if (alone()) break;
+            if (cupool_threads_alone()) break;
             next_tick = cupool_now_ns() + (uint64_t)tick_ms * 1000000u;
         }
     }
@@ -562,16 +525,6 @@ void cupool_share_start(void)
     pthread_mutex_unlock(&share_lock);
 }
 
-static struct timespec after_ns(long long ns)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    long long total = (long long)t.tv_nsec + ns;
-    t.tv_sec += (time_t)(total / 1000000000ll);
-    t.tv_nsec = (long)(total % 1000000000ll);
-    return t;
-}
-
 void cupool_share_stop(void)
 {
     pthread_mutex_lock(&share_lock);
@@ -581,7 +534,7 @@ void cupool_share_stop(void)
             ssize_t w = write(wake_fds[1], "x", 1);
             (void)w;
         }
-        struct timespec deadline = after_ns(SHARE_STOP_WAIT_NS);
+        struct timespec deadline = cupool_deadline_after_ns(SHARE_STOP_WAIT_NS);
         while (giving && pthread_cond_timedwait(&share_cond, &share_lock, &deadline) != ETIMEDOUT) {
         }
     }
