@@ -47,18 +47,6 @@
 
 /* ---- handles as text ----------------------------------------------------- */
 
-static void to_hex(const CUipcMemHandle *h, char out[129])
-{
-    const unsigned char *b = (const unsigned char *)h->reserved;
-    for (int i = 0; i < 64; i++) sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static void from_hex(const char *hex, CUipcMemHandle *h)
-{
-    unsigned char *b = (unsigned char *)h->reserved;
-    memset(h, 0, sizeof *h);
-    for (int i = 0; i < 64 && hex[2 * i] && hex[2 * i + 1]; i++) sscanf(hex + 2 * i, "%2hhx", &b[i]);
-}
 
 /* ---- the importer ---------------------------------------------------------- */
 
@@ -153,7 +141,7 @@ static int importer_end(importer_t *im)
 static void importer_run(const CUipcMemHandle *h, const char *script, int native, const char *want)
 {
     char hex[129];
-    to_hex(h, hex);
+    tl_handle_to_hex(h, hex);
     importer_t im;
     importer_start(&im, hex, script, native);
     char copy[1024];
@@ -182,7 +170,7 @@ static int count_sockets(void)
 static int importer_main(const char *hex, const char *script)
 {
     CUipcMemHandle h;
-    from_hex(hex, &h);
+    tl_handle_from_hex(hex, &h);
     setvbuf(stdout, NULL, _IOLBF, 0);
     char *steps = strdup(script);
     CUdeviceptr p = 0;
@@ -250,7 +238,7 @@ static int exporter_main(void)
     CUipcMemHandle h;
     exported_block(0x77777777, &h);
     char hex[129];
-    to_hex(&h, hex);
+    tl_handle_to_hex(&h, hex);
     printf("%s\n", hex);
     char line[64];
     if (!fgets(line, sizeof line, stdin)) return 0;
@@ -322,7 +310,7 @@ static int bad_handles(void)
     CUipcMemHandle live;
     CUdeviceptr q = exported_block(0x22222222, &live);
     char hex[129];
-    to_hex(&live, hex);
+    tl_handle_to_hex(&live, hex);
     importer_t im;
     importer_start(&im, hex, "open", 1);
     char line[256];
@@ -341,7 +329,7 @@ static CUdeviceptr exported_to(uint32_t pattern, const char *script, const char 
     CUipcMemHandle h;
     CUdeviceptr p = exported_block(pattern, &h);
     char hex[129];
-    to_hex(&h, hex);
+    tl_handle_to_hex(&h, hex);
     importer_start(im, hex, script, 0);
     importer_expect(im, "open CUDA_SUCCESS");
     importer_expect(im, then);
@@ -508,7 +496,7 @@ static int exporter_dies(void)
     importer_expect(&im, "close CUDA_SUCCESS");
     if (importer_end(&im) != 0) CHECK_FAIL("the importer failed after the exporter died");
     CUipcMemHandle h;
-    from_hex(hex, &h);
+    tl_handle_from_hex(hex, &h);
     importer_run(&h, "open", 0, "open CUDA_ERROR_INVALID_VALUE");
     int stale = sockets_in(dir);
     if (stale != 1) CHECK_FAIL("%d sockets after the exporter was killed, expected its stale one", stale);
@@ -555,7 +543,7 @@ static int many_importers(void)
     CUipcMemHandle h;
     CUdeviceptr p = exported_block(0x11111111, &h);
     char hex[129];
-    to_hex(&h, hex);
+    tl_handle_to_hex(&h, hex);
     enum { N = 6 };
     importer_t im[N];
     for (int i = 0; i < N; i++)

@@ -203,18 +203,6 @@ static void set_nofile(rlim_t n)
     if (setrlimit(RLIMIT_NOFILE, &lim) != 0) CHECK_FAIL("setrlimit: %s", strerror(errno));
 }
 
-static void to_hex(const CUipcMemHandle *h, char out[129])
-{
-    const unsigned char *b = (const unsigned char *)h->reserved;
-    for (int i = 0; i < 64; i++) sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static void from_hex(const char *hex, CUipcMemHandle *h)
-{
-    unsigned char *b = (unsigned char *)h->reserved;
-    memset(h, 0, sizeof *h);
-    for (int i = 0; i < 64 && hex[2 * i] && hex[2 * i + 1]; i++) sscanf(hex + 2 * i, "%2hhx", &b[i]);
-}
 
 /* This program again with args, talking through its stdin and stdout. */
 typedef struct {
@@ -281,7 +269,7 @@ static int importer_many(const char *file)
     long long t0 = now_ms();
     while (n < MANY && fgets(hex, sizeof hex, f)) {
         CUipcMemHandle h;
-        from_hex(hex, &h);
+        tl_handle_from_hex(hex, &h);
         CUresult r = cuIpcOpenMemHandle(&ptrs[n], h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
         if (r == CUDA_SUCCESS) opened++;
         else if (n - opened < 3) fprintf(stderr, "open %d: %s\n", n, check_result_name(r));
@@ -314,7 +302,7 @@ static int many_opens(void)
         CUipcMemHandle h;
         CHECK_CU(cuIpcGetMemHandle(&h, ptrs[i]));
         char hex[129];
-        to_hex(&h, hex);
+        tl_handle_to_hex(&h, hex);
         fprintf(f, "%s\n", hex);
     }
     fclose(f);
@@ -456,7 +444,7 @@ static int exporter_one(void)
     CUipcMemHandle h;
     CHECK_CU(cuIpcGetMemHandle(&h, p));
     char hex[129];
-    to_hex(&h, hex);
+    tl_handle_to_hex(&h, hex);
     printf("%s\n", hex);
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 0;
@@ -476,7 +464,7 @@ static int many_exporters(void)
         char hex[256];
         peer_line(&ex[i], hex, sizeof hex);
         CUipcMemHandle h;
-        from_hex(hex, &h);
+        tl_handle_from_hex(hex, &h);
         CUdeviceptr p;
         CHECK_CU(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
         CHECK_CU(cuIpcCloseMemHandle(p));

@@ -129,20 +129,6 @@ typedef struct {
 
 static char top[128]; /* the test's own folder */
 
-static void apply_env(const char *const *env)
-{
-    for (const char *const *e = env; e && *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (!eq) {
-            unsetenv(*e);
-            continue;
-        }
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
-        setenv(name, eq + 1, 1);
-    }
-}
-
 /* Starts A and waits (10 s at most) for its "ready BIG"; 0 on success. */
 static int holder_start(holder_t *h, const char *const *env)
 {
@@ -154,7 +140,7 @@ static int holder_start(holder_t *h, const char *const *env)
     if (h->pid == 0) {
         dup2(in[0], 0);
         dup2(out[1], 1);
-        apply_env(env);
+        tl_apply_env(env);
         execl(tl_self_path(), "test-holder", "--holder", (char *)NULL);
         _exit(127);
     }

@@ -103,6 +103,33 @@ static void append(char **buf, size_t *len, const char *data, size_t n)
     *buf = grown;
 }
 
+void tl_apply_env(const char *const *env)
+{
+    for (const char *const *e = env; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) {
+            unsetenv(*e);
+            continue;
+        }
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
+        setenv(name, eq + 1, 1);
+    }
+}
+
+void tl_handle_to_hex(const CUipcMemHandle *h, char out[129])
+{
+    const unsigned char *b = (const unsigned char *)h->reserved;
+    for (int i = 0; i < 64; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+void tl_handle_from_hex(const char *hex, CUipcMemHandle *h)
+{
+    unsigned char *b = (unsigned char *)h->reserved;
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < 64 && hex[2 * i] && hex[2 * i + 1]; i++) sscanf(hex + 2 * i, "%2hhx", &b[i]);
+}
+
 void tl_run_self(const char *const *args, const char *const *env, int native, int timeout_s, tl_child_t *child)
 {
     int out[2], err[2];
@@ -118,16 +145,7 @@ void tl_run_self(const char *const *args, const char *const *env, int native, in
         close(out[1]);
         close(err[0]);
         close(err[1]);
-        for (const char *const *e = env; e && *e; e++) {
-            const char *eq = strchr(*e, '=');
-            if (!eq) {
-                unsetenv(*e);
-                continue;
-            }
-            char name[256];
-            snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
-            setenv(name, eq + 1, 1);
-        }
+        tl_apply_env(env);
         if (native) {
             drop_cupool_preload();
             setenv("CUPOOL_TEST_NATIVE", "1", 1);

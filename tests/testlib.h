@@ -54,6 +54,13 @@ typedef struct tl_child {
  * to unset; native = 1 removes libcupool.so from LD_PRELOAD and sets
  * CUPOOL_TEST_NATIVE=1.  Kills the child after timeout_s seconds. */
 void tl_run_self(const char *const *args, const char *const *env, int native, int timeout_s, tl_child_t *child);
+/* Sets each NAME=VALUE of env (a NULL-terminated list as for tl_run_self;
+ * a bare NAME unsets it) in this process: a child before it execs. */
+void tl_apply_env(const char *const *env);
+/* An IPC handle as 128 hex digits (out holds 129 bytes), and back: how
+ * the IPC tests pass handles between their processes. */
+void tl_handle_to_hex(const CUipcMemHandle *h, char out[129]);
+void tl_handle_from_hex(const char *hex, CUipcMemHandle *h);
 void tl_child_free(tl_child_t *child);
 
 /* Number of lines of text starting with prefix / containing needle. */
