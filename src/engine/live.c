@@ -62,25 +62,6 @@ static unsigned rounds;
 
 /* ---- what the page says of the process ----------------------------------- */
 
-/* Field 22 of /proc/self/stat, the process's start in clock ticks after
- * boot: with the pid, it tells this process from a later one of that pid. */
-static uint64_t start_time(void)
-{
-    char text[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    text[n] = '\0';
-    /* The command name (field 2) may hold spaces and parentheses: fields
-     * are counted after its last ')'. */
-    char *p = strrchr(text, ')');
-    if (!p) return 0;
-    for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
 /* The inode of this process's PID namespace: pid means this process only
  * to readers of the same namespace. */
 static uint64_t pid_namespace(void)
@@ -316,7 +297,7 @@ static int create_page(void)
 {
     const char *dir = cupool_option_string(CUPOOL_OPT_LIVE_DIR);
     if (!dir || !*dir) dir = "/dev/shm";
-    uint64_t started = start_time(), random = 0;
+    uint64_t started = cupool_live_process_start(0), random = 0;
     if (getrandom(&random, sizeof random, GRND_NONBLOCK) != (ssize_t)sizeof random)
         random = realtime_ns() ^ ((uint64_t)getpid() << 32);
     int len = snprintf(page_path, sizeof page_path, "%s/%s%u.%d.%llu.%016llx", dir, CUPOOL_LIVE_PREFIX,

@@ -12,14 +12,18 @@
  * the writer and its readers run on the same machine.  A reader takes a
  * consistent copy with the sequence number (a seqlock): odd while an update
  * is being written, and the same even value before and after the copy.
- * Plain C11 and <stdint.h> only: the readers do not see the library's
- * headers.
+ * Plain C11 and POSIX only: the readers do not see the library's headers.
  */
 #ifndef CUPOOL_LIVE_H
 #define CUPOOL_LIVE_H
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define CUPOOL_LIVE_MAGIC 0x3165766c6c6f6f70ull /* "poollve1", read as a little-endian word */
 #define CUPOOL_LIVE_FORMAT 3
@@ -81,5 +85,27 @@ typedef struct cupool_live_page {
     cupool_live_device_t device[CUPOOL_LIVE_DEVICES];
     cupool_live_kept_t kept[CUPOOL_LIVE_KEPT_KINDS];
 } cupool_live_page_t;
+
+/* The start of process pid (0: the calling process) in clock ticks after
+ * boot, field 22 of /proc/PID/stat; 0 if unknown.  A page's writer records
+ * its own, and a reader compares it with the live process of that pid: with
+ * the pid it tells a process from a later one of the same pid. */
+static inline uint64_t cupool_live_process_start(int pid)
+{
+    char path[64], text[1024];
+    if (pid) snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    else snprintf(path, sizeof path, "/proc/self/stat");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    text[n] = '\0';
+    /* The command name (field 2) may hold spaces and parentheses: fields
+     * are counted after its last ')'. */
+    char *p = strrchr(text, ')');
+    for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
 
 #endif

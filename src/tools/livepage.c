@@ -43,22 +43,6 @@ const char *live_dir(const char *dir)
     return env && *env ? env : "/dev/shm";
 }
 
-/* The start time of process pid (/proc/PID/stat field 22), 0 if unknown. */
-static unsigned long long process_start(int pid)
-{
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    text[n] = '\0';
-    char *p = strrchr(text, ')');
-    for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
 /* The inode of this reader's PID namespace (0: unknown). */
 static uint64_t own_pid_ns(void)
 {
@@ -81,7 +65,7 @@ static int process_gone(const cupool_live_page_t *page)
 {
     if (!same_namespace(page->pid_ns)) return 0;
     if (kill(page->pid, 0) != 0 && errno == ESRCH) return 1;
-    unsigned long long started = process_start(page->pid);
+    unsigned long long started = cupool_live_process_start((int)page->pid);
     return started && page->start_time && started != page->start_time;
 }
 

@@ -689,7 +689,21 @@ static void usage(FILE *f)
             "table of its own alloc and free times; the first table's are device memory's.\n");
 }
 
-int main(int argc, char **argv)
+/* What the command line asks: -n, the configurations, the library, the
+ * log, the output form; child_args are the options a configuration's run
+ * (--child) takes over. */
+typedef struct request {
+    int repeat, json;
+    const char *configs, *library, *path, *child;
+    char *child_args[8];
+    const char *chosen[CONFIG_COUNT];
+    size_t nchosen;
+} request_t;
+
+/* Parses the command line into req (gap_scale and sample_memory into their
+ * globals, which the replay itself reads).  Returns -1 to go on, else the
+ * exit status. */
+static int parse_args(int argc, char **argv, request_t *req)
 {
     static const struct option longs[] = {
         {"configs", required_argument, NULL, 'c'}, {"library", required_argument, NULL, 'L'},
@@ -698,11 +712,9 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    int repeat = 1, json = 0;
-    const char *configs_arg = NULL, *library_arg = NULL, *path = NULL, *child = NULL;
-    char *child_args[8];
-    int nchild_args = 0;
     static char gap_buf[64];
+    int nchild_args = 0;
+    req->repeat = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, ":n:hV", longs, NULL)) != -1;) {
         char *end;
@@ -713,11 +725,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, PROG ": -n wants a number from 1 to %d\n", MAX_REPEAT);
                 return 2;
             }
-            repeat = (int)n;
+            req->repeat = (int)n;
             break;
         }
-        case 'c': configs_arg = optarg; break;
-        case 'L': library_arg = optarg; break;
+        case 'c': req->configs = optarg; break;
+        case 'L': req->library = optarg; break;
         case 'g':
             gap_scale = strtod(optarg, &end);
             if (*end || end == optarg || !(gap_scale >= 0) || gap_scale > 1e6) {
@@ -725,175 +737,158 @@ int main(int argc, char **argv)
                 return 2;
             }
             snprintf(gap_buf, sizeof gap_buf, "%.17g", gap_scale);
-            child_args[nchild_args++] = "--gap-scale";
-            child_args[nchild_args++] = gap_buf;
+            req->child_args[nchild_args++] = "--gap-scale";
+            req->child_args[nchild_args++] = gap_buf;
             break;
         case 'S':
             sample_memory = 0;
-            child_args[nchild_args++] = "--no-sample";
+            req->child_args[nchild_args++] = "--no-sample";
             break;
-        case 'j': json = 1; break;
-        case 'C': child = optarg; break;
+        case 'j': req->json = 1; break;
+        case 'C': req->child = optarg; break;
         case 'h': return usage(stdout), 0;
         case 'V': return printf(PROG " %s\n", PACKAGE_VERSION), 0;
         default: return cli_refused(PROG, c, argv, longs), usage(stderr), 2;
         }
     }
-    if (optind < argc) path = argv[optind++];
+    if (optind < argc) req->path = argv[optind++];
     if (optind < argc) {
         fprintf(stderr, PROG ": one log at a time\n");
         return 2;
     }
-    child_args[nchild_args] = NULL;
-    if (!path) return usage(stderr), 2;
-    if (child) {
-        const char *config = canonical_config(child);
-        if (!config) return 2;
-        return run_child(config, path);
-    }
+    req->child_args[nchild_args] = NULL;
+    if (!req->path) return usage(stderr), 2;
+    return -1;
+}
 
-    const char *chosen[CONFIG_COUNT];
-    size_t nchosen = 0;
-    if (!configs_arg || strcmp(configs_arg, "all") == 0) {
-        for (size_t i = 0; i < CONFIG_COUNT; i++) chosen[nchosen++] = all_configs[i];
-    } else {
-        char copy[1024];
-        snprintf(copy, sizeof copy, "%s", configs_arg);
-        for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            const char *c = canonical_config(tok);
-            if (!c) {
-                fprintf(stderr, PROG ": unknown configuration %s (see --help)\n", tok);
-                return 2;
-            }
-            int dup = 0;
-            for (size_t k = 0; k < nchosen; k++) dup |= chosen[k] == c;
-            if (!dup) chosen[nchosen++] = c;
+/* --configs into req->chosen, in the order given, each once ("all" or none:
+ * every configuration).  Returns 0, or 2 on an unknown name. */
+static int choose_configs(request_t *req)
+{
+    if (!req->configs || strcmp(req->configs, "all") == 0) {
+        for (size_t i = 0; i < CONFIG_COUNT; i++) req->chosen[req->nchosen++] = all_configs[i];
+        return 0;
+    }
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", req->configs);
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const char *c = canonical_config(tok);
+        if (!c) {
+            fprintf(stderr, PROG ": unknown configuration %s (see --help)\n", tok);
+            return 2;
+        }
+        int dup = 0;
+        for (size_t k = 0; k < req->nchosen; k++) dup |= req->chosen[k] == c;
+        if (!dup) req->chosen[req->nchosen++] = c;
+    }
+    return 0;
+}
+
+/* Runs one configuration req->repeat times, each in its own process, into
+ * res: the median times, the highest peaks and failure counts.  res->ok is
+ * 0 when a run failed. */
+static void measure_config(request_t *req, const char *config, const char *library, result_t *res)
+{
+    static double walls[MAX_REPEAT], allocs_ns[TRACE_MEM_KINDS][MAX_REPEAT], frees_ns[TRACE_MEM_KINDS][MAX_REPEAT];
+    memset(res, 0, sizeof *res);
+    for (int k = 0; k < req->repeat; k++) {
+        result_t one;
+        memset(&one, 0, sizeof one);
+        if (run_config(config, library, req->path, req->child_args, &one) != 0) return;
+        walls[k] = one.wall_ns;
+        if (one.peak_used > res->peak_used) res->peak_used = one.peak_used;
+        if (one.peak_reserved > res->peak_reserved) res->peak_reserved = one.peak_reserved;
+        res->has_reserved = one.has_reserved;
+        for (int m = 0; m < TRACE_MEM_KINDS; m++) {
+            allocs_ns[m][k] = one.mem[m].alloc_ns;
+            frees_ns[m][k] = one.mem[m].free_ns;
+            res->mem[m].allocs = one.mem[m].allocs;
+            res->mem[m].frees = one.mem[m].frees;
+            if (one.mem[m].failures > res->mem[m].failures) res->mem[m].failures = one.mem[m].failures;
         }
     }
-    const char *library = library_path(library_arg);
-    int need_library = 0;
-    for (size_t i = 0; i < nchosen; i++) need_library |= strcmp(chosen[i], "native") != 0;
-    if (need_library && access(library, R_OK) != 0) {
-        fprintf(stderr, PROG ": cannot read %s (set CUPOOL_LIBRARY or use --library)\n", library);
-        return 1;
+    res->ok = 1;
+    res->wall_ns = median(walls, req->repeat);
+    for (int m = 0; m < TRACE_MEM_KINDS; m++) {
+        res->mem[m].alloc_ns = median(allocs_ns[m], req->repeat);
+        res->mem[m].free_ns = median(frees_ns[m], req->repeat);
     }
-    if (load_trace(path, 0) != 0) return 1;
-    uint64_t any_allocs = 0;
-    for (int m = 0; m < TRACE_MEM_KINDS; m++) any_allocs += trace_allocs[m];
-    if (!any_allocs) {
-        fprintf(stderr, PROG ": %s holds no successful allocation to replay\n", path);
-        return 1;
-    }
+}
 
-    result_t results[CONFIG_COUNT];
-    int failed = 0;
-    for (size_t c = 0; c < nchosen; c++) {
-        static double walls[MAX_REPEAT], allocs_ns[TRACE_MEM_KINDS][MAX_REPEAT], frees_ns[TRACE_MEM_KINDS][MAX_REPEAT];
-        result_t *res = &results[c];
-        memset(res, 0, sizeof *res);
-        int ok = 1;
-        for (int k = 0; k < repeat && ok; k++) {
-            result_t one;
-            memset(&one, 0, sizeof one);
-            if (run_config(chosen[c], library, path, child_args, &one) != 0) {
-                ok = 0;
-                break;
-            }
-            walls[k] = one.wall_ns;
-            if (one.peak_used > res->peak_used) res->peak_used = one.peak_used;
-            if (one.peak_reserved > res->peak_reserved) res->peak_reserved = one.peak_reserved;
-            res->has_reserved = one.has_reserved;
-            for (int m = 0; m < TRACE_MEM_KINDS; m++) {
-                allocs_ns[m][k] = one.mem[m].alloc_ns;
-                frees_ns[m][k] = one.mem[m].free_ns;
-                res->mem[m].allocs = one.mem[m].allocs;
-                res->mem[m].frees = one.mem[m].frees;
-                if (one.mem[m].failures > res->mem[m].failures) res->mem[m].failures = one.mem[m].failures;
-            }
-        }
-        res->ok = ok;
-        failed |= !ok;
-        if (ok) {
-            res->wall_ns = median(walls, repeat);
-            for (int m = 0; m < TRACE_MEM_KINDS; m++) {
-                res->mem[m].alloc_ns = median(allocs_ns[m], repeat);
-                res->mem[m].free_ns = median(frees_ns[m], repeat);
-            }
-        }
-    }
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (const char *p = s; *p; p++)
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if ((unsigned char)*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    putchar('"');
+}
 
-    const result_t *native = NULL;
-    for (size_t c = 0; c < nchosen; c++)
-        if (strcmp(chosen[c], "native") == 0 && results[c].ok) native = &results[c];
-    if (json) {
-        printf("{\"log\":\"");
-        for (const char *p = path; *p; p++)
-            if (*p == '"' || *p == '\\') printf("\\%c", *p);
-            else if ((unsigned char)*p < 0x20) printf("\\u%04x", *p);
-            else putchar(*p);
-        printf("\",\"allocations\":%llu,\"frees\":%llu,", (unsigned long long)trace_allocs[0],
-               (unsigned long long)trace_frees[0]);
-        for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
-            if (trace_allocs[m])
-                printf("\"%s\":{\"allocations\":%llu,\"frees\":%llu},", memory_keys[m],
-                       (unsigned long long)trace_allocs[m], (unsigned long long)trace_frees[m]);
-        printf("\"threads\":%zu,\"devices\":%d,\"repeat\":%d,\"gap_scale\":%g,\"configs\":[", nthreads, trace_devices,
-               repeat, gap_scale);
-        for (size_t c = 0; c < nchosen; c++) {
-            const result_t *r = &results[c];
-            const kind_result_t *d = &r->mem[0], *nd = native ? &native->mem[0] : NULL;
-            printf("%s\n{\"config\":\"%s\",\"ok\":%s", c ? "," : "", chosen[c], r->ok ? "true" : "false");
-            if (r->ok) {
-                printf(",\"wall_ns\":%.0f,\"alloc_ns\":%.1f,\"free_ns\":%.1f,\"pair_ns\":%.1f,\"allocs\":%llu,"
-                       "\"frees\":%llu,\"failures\":%llu,\"peak_used\":",
-                       r->wall_ns, d->alloc_ns, d->free_ns, d->alloc_ns + d->free_ns, (unsigned long long)d->allocs,
-                       (unsigned long long)d->frees, (unsigned long long)d->failures);
-                if (sample_memory) printf("%llu", (unsigned long long)r->peak_used);
-                else printf("null");
-                printf(",\"peak_reserved\":");
-                if (r->has_reserved) printf("%llu", (unsigned long long)r->peak_reserved);
-                else printf("null");
-                printf(",\"wall_x_native\":");
-                json_ratio(r->wall_ns, native ? native->wall_ns : 0, native != NULL);
-                printf(",\"pair_x_native\":");
-                json_ratio(d->alloc_ns + d->free_ns, nd ? nd->alloc_ns + nd->free_ns : 0, native != NULL);
-                printf(",\"used_x_native\":");
-                json_ratio((double)r->peak_used, native ? (double)native->peak_used : 0, native && sample_memory);
-                for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++) {
-                    if (!trace_allocs[m]) continue;
-                    const kind_result_t *k = &r->mem[m], *nk = native ? &native->mem[m] : NULL;
-                    printf(",\"%s\":{\"alloc_ns\":%.1f,\"free_ns\":%.1f,\"pair_ns\":%.1f,\"allocs\":%llu,\"frees\":%llu,"
-                           "\"failures\":%llu,\"pair_x_native\":",
-                           memory_keys[m], k->alloc_ns, k->free_ns, k->alloc_ns + k->free_ns,
-                           (unsigned long long)k->allocs, (unsigned long long)k->frees,
-                           (unsigned long long)k->failures);
-                    json_ratio(k->alloc_ns + k->free_ns, nk ? nk->alloc_ns + nk->free_ns : 0, native != NULL);
-                    printf("}");
-                }
-            }
+/* One configuration's object of --json's "configs" array. */
+static void print_json_config(const char *config, const result_t *r, const result_t *native)
+{
+    const kind_result_t *d = &r->mem[0], *nd = native ? &native->mem[0] : NULL;
+    printf("{\"config\":\"%s\",\"ok\":%s", config, r->ok ? "true" : "false");
+    if (r->ok) {
+        printf(",\"wall_ns\":%.0f,\"alloc_ns\":%.1f,\"free_ns\":%.1f,\"pair_ns\":%.1f,\"allocs\":%llu,"
+               "\"frees\":%llu,\"failures\":%llu,\"peak_used\":",
+               r->wall_ns, d->alloc_ns, d->free_ns, d->alloc_ns + d->free_ns, (unsigned long long)d->allocs,
+               (unsigned long long)d->frees, (unsigned long long)d->failures);
+        if (sample_memory) printf("%llu", (unsigned long long)r->peak_used);
+        else printf("null");
+        printf(",\"peak_reserved\":");
+        if (r->has_reserved) printf("%llu", (unsigned long long)r->peak_reserved);
+        else printf("null");
+        printf(",\"wall_x_native\":");
+        json_ratio(r->wall_ns, native ? native->wall_ns : 0, native != NULL);
+        printf(",\"pair_x_native\":");
+        json_ratio(d->alloc_ns + d->free_ns, nd ? nd->alloc_ns + nd->free_ns : 0, native != NULL);
+        printf(",\"used_x_native\":");
+        json_ratio((double)r->peak_used, native ? (double)native->peak_used : 0, native && sample_memory);
+        for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++) {
+            if (!trace_allocs[m]) continue;
+            const kind_result_t *k = &r->mem[m], *nk = native ? &native->mem[m] : NULL;
+            printf(",\"%s\":{\"alloc_ns\":%.1f,\"free_ns\":%.1f,\"pair_ns\":%.1f,\"allocs\":%llu,\"frees\":%llu,"
+                   "\"failures\":%llu,\"pair_x_native\":",
+                   memory_keys[m], k->alloc_ns, k->free_ns, k->alloc_ns + k->free_ns, (unsigned long long)k->allocs,
+                   (unsigned long long)k->frees, (unsigned long long)k->failures);
+            json_ratio(k->alloc_ns + k->free_ns, nk ? nk->alloc_ns + nk->free_ns : 0, native != NULL);
             printf("}");
         }
-        printf("]}\n");
-        return failed;
     }
+    printf("}");
+}
 
-    printf(PROG ": %s: %llu allocations, %llu frees", path, (unsigned long long)trace_allocs[0],
+/* --json: the trace's counts and one object per configuration, one line. */
+static void print_json(const request_t *req, const result_t *results, const result_t *native)
+{
+    printf("{\"log\":");
+    json_string(req->path);
+    printf(",\"allocations\":%llu,\"frees\":%llu,", (unsigned long long)trace_allocs[0],
            (unsigned long long)trace_frees[0]);
-    if (other_kinds()) {
-        printf(" (device memory)");
-        for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
-            if (trace_allocs[m])
-                printf(", %llu allocations, %llu frees (%s)", (unsigned long long)trace_allocs[m],
-                       (unsigned long long)trace_frees[m], memory_names[m]);
+    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+        if (trace_allocs[m])
+            printf("\"%s\":{\"allocations\":%llu,\"frees\":%llu},", memory_keys[m], (unsigned long long)trace_allocs[m],
+                   (unsigned long long)trace_frees[m]);
+    printf("\"threads\":%zu,\"devices\":%d,\"repeat\":%d,\"gap_scale\":%g,\"configs\":[", nthreads, trace_devices,
+           req->repeat, gap_scale);
+    for (size_t c = 0; c < req->nchosen; c++) {
+        printf("%s\n", c ? "," : "");
+        print_json_config(req->chosen[c], &results[c], native);
     }
-    printf(", %zu thread%s, %d device%s; gaps x%g; %s of %d run%s\n", nthreads, nthreads == 1 ? "" : "s", trace_devices,
-           trace_devices == 1 ? "" : "s", gap_scale, repeat > 1 ? "median" : "result", repeat, repeat == 1 ? "" : "s");
+    printf("]}\n");
+}
+
+/* The device memory table: a line per configuration. */
+static void print_device_table(const request_t *req, const result_t *results, const result_t *native)
+{
     printf("%-20s %10s %9s %9s %9s %10s %10s %8s %8s %8s %5s\n", "configuration", "wall ms", "alloc ns", "free ns",
            "ns/pair", "peak used", "peak res", "wall x", "pair x", "used x", "fail");
-    for (size_t c = 0; c < nchosen; c++) {
+    for (size_t c = 0; c < req->nchosen; c++) {
         const result_t *r = &results[c];
         if (!r->ok) {
-            printf("%-20s %10s\n", chosen[c], "failed");
+            printf("%-20s %10s\n", req->chosen[c], "failed");
             continue;
         }
         char used[32], reserved[32], w[16], p[16], u[16];
@@ -905,28 +900,49 @@ int main(int argc, char **argv)
         const kind_result_t *d = &r->mem[0], *nd = native ? &native->mem[0] : NULL;
         ratio(p, sizeof p, d->alloc_ns + d->free_ns, nd ? nd->alloc_ns + nd->free_ns : 0, native != NULL);
         ratio(u, sizeof u, (double)r->peak_used, native ? (double)native->peak_used : 0, native && sample_memory);
-        printf("%-20s %10.3f %9.0f %9.0f %9.0f %10s %10s %8s %8s %8s %5llu\n", chosen[c], r->wall_ns / 1e6,
+        printf("%-20s %10.3f %9.0f %9.0f %9.0f %10s %10s %8s %8s %8s %5llu\n", req->chosen[c], r->wall_ns / 1e6,
                d->alloc_ns, d->free_ns, d->alloc_ns + d->free_ns, used, reserved, w, p, u,
                (unsigned long long)d->failures);
     }
-    /* Pinned host and managed memory: a table of their own calls each. */
-    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++) {
-        if (!trace_allocs[m]) continue;
-        printf("%s:\n", memory_names[m]);
-        printf("%-20s %9s %9s %9s %8s %5s\n", "configuration", "alloc ns", "free ns", "ns/pair", "pair x", "fail");
-        for (size_t c = 0; c < nchosen; c++) {
-            const result_t *r = &results[c];
-            if (!r->ok) {
-                printf("%-20s %10s\n", chosen[c], "failed");
-                continue;
-            }
-            const kind_result_t *k = &r->mem[m], *nk = native ? &native->mem[m] : NULL;
-            char p[16];
-            ratio(p, sizeof p, k->alloc_ns + k->free_ns, nk ? nk->alloc_ns + nk->free_ns : 0, native != NULL);
-            printf("%-20s %9.0f %9.0f %9.0f %8s %5llu\n", chosen[c], k->alloc_ns, k->free_ns,
-                   k->alloc_ns + k->free_ns, p, (unsigned long long)k->failures);
+}
+
+/* Pinned host or managed memory (kind m): a table of its own calls. */
+static void print_kind_table(const request_t *req, const result_t *results, const result_t *native, int m)
+{
+    printf("%s:\n", memory_names[m]);
+    printf("%-20s %9s %9s %9s %8s %5s\n", "configuration", "alloc ns", "free ns", "ns/pair", "pair x", "fail");
+    for (size_t c = 0; c < req->nchosen; c++) {
+        const result_t *r = &results[c];
+        if (!r->ok) {
+            printf("%-20s %10s\n", req->chosen[c], "failed");
+            continue;
         }
+        const kind_result_t *k = &r->mem[m], *nk = native ? &native->mem[m] : NULL;
+        char p[16];
+        ratio(p, sizeof p, k->alloc_ns + k->free_ns, nk ? nk->alloc_ns + nk->free_ns : 0, native != NULL);
+        printf("%-20s %9.0f %9.0f %9.0f %8s %5llu\n", req->chosen[c], k->alloc_ns, k->free_ns, k->alloc_ns + k->free_ns,
+               p, (unsigned long long)k->failures);
     }
+}
+
+/* The human-readable form: the trace's counts, the tables, their legend. */
+static void print_tables(const request_t *req, const result_t *results, const result_t *native)
+{
+    printf(PROG ": %s: %llu allocations, %llu frees", req->path, (unsigned long long)trace_allocs[0],
+           (unsigned long long)trace_frees[0]);
+    if (other_kinds()) {
+        printf(" (device memory)");
+        for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+            if (trace_allocs[m])
+                printf(", %llu allocations, %llu frees (%s)", (unsigned long long)trace_allocs[m],
+                       (unsigned long long)trace_frees[m], memory_names[m]);
+    }
+    printf(", %zu thread%s, %d device%s; gaps x%g; %s of %d run%s\n", nthreads, nthreads == 1 ? "" : "s", trace_devices,
+           trace_devices == 1 ? "" : "s", gap_scale, req->repeat > 1 ? "median" : "result", req->repeat,
+           req->repeat == 1 ? "" : "s");
+    print_device_table(req, results, native);
+    for (int m = TRACE_MEM_HOST; m < TRACE_MEM_KINDS; m++)
+        if (trace_allocs[m]) print_kind_table(req, results, native, m);
     printf("wall ms: first call to last thread done; alloc/free ns: mean per call; ns/pair: their sum;\n"
            "peak used: max (total - free) of cuMemGetInfo after allocations, above the start level;\n"
            "peak res: most bytes cupool's pools reserved (cupool_get_stats); x: ratio to native.\n");
@@ -934,5 +950,42 @@ int main(int argc, char **argv)
         printf("The first table's calls are device memory's (cuMemAlloc, cuMemFree); pinned host memory's\n"
                "(cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost) and managed memory's (cuMemAllocManaged,\n"
                "cuMemFree) have a table each; peak used and peak res are device memory's.\n");
+}
+
+int main(int argc, char **argv)
+{
+    request_t req = {0};
+    int status = parse_args(argc, argv, &req);
+    if (status >= 0) return status;
+    if (req.child) {
+        const char *config = canonical_config(req.child);
+        return config ? run_child(config, req.path) : 2;
+    }
+    if (choose_configs(&req) != 0) return 2;
+    const char *library = library_path(req.library);
+    int need_library = 0;
+    for (size_t i = 0; i < req.nchosen; i++) need_library |= strcmp(req.chosen[i], "native") != 0;
+    if (need_library && access(library, R_OK) != 0) {
+        fprintf(stderr, PROG ": cannot read %s (set CUPOOL_LIBRARY or use --library)\n", library);
+        return 1;
+    }
+    if (load_trace(req.path, 0) != 0) return 1;
+    uint64_t any_allocs = 0;
+    for (int m = 0; m < TRACE_MEM_KINDS; m++) any_allocs += trace_allocs[m];
+    if (!any_allocs) {
+        fprintf(stderr, PROG ": %s holds no successful allocation to replay\n", req.path);
+        return 1;
+    }
+
+    result_t results[CONFIG_COUNT];
+    const result_t *native = NULL;
+    int failed = 0;
+    for (size_t c = 0; c < req.nchosen; c++) {
+        measure_config(&req, req.chosen[c], library, &results[c]);
+        failed |= !results[c].ok;
+        if (strcmp(req.chosen[c], "native") == 0 && results[c].ok) native = &results[c];
+    }
+    if (req.json) print_json(&req, results, native);
+    else print_tables(&req, results, native);
     return failed;
 }

@@ -153,33 +153,19 @@ static void put_line(FILE *out, const char *line, int width, const char *eol)
     fprintf(out, "%.*s%s", len, line, eol);
 }
 
-static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, int width, int height, const char *eol)
+/* Pinned host and managed memory over all processes, per kind. */
+typedef struct kept_total {
+    uint64_t kept, allocs, reused;
+    int processes;
+} kept_total_t;
+
+/* Sums the kept kinds of the pages into kinds; returns how many kinds some
+ * process allocated. */
+static int make_kept_totals(const cupool_live_page_t *pages, size_t n, kept_total_t kinds[CUPOOL_LIVE_KEPT_KINDS])
 {
-    size_t nrows;
-    row_t *rows = make_rows(pages, n, &nrows);
-    if (!rows) return;
-    char line[1024], b1[32], b2[32], b3[32], modes[32];
-    time_t now = time(NULL);
-    char when[32];
-    strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
-    snprintf(line, sizeof line, "cupool top - %s - %zu process%s", when, n, n == 1 ? "" : "es");
-    put_line(out, line, width, eol);
-    put_line(out, "", width, eol);
-    snprintf(line, sizeof line, "%7s %-20s %3s %10s %10s %10s %9s %9s %-15s %5s", "PID", "COMMAND", "DEV", "IN USE",
-             "RESERVED", "PEAK", "ALLOCS/S", "FREES/S", "FREE MODE", "OOM");
-    put_line(out, line, width, eol);
-    int used = 3, room = height > 0 ? height - 4 : 1 << 30;
-    size_t ndev = 0;
-    total_t totals[CUPOOL_LIVE_DEVICES * 4];
-    ndev = make_totals(rows, nrows, totals, sizeof totals / sizeof totals[0]);
-    /* Pinned host and managed memory belong to no device: a line per kind
-     * under the device totals, when some process allocated that kind. */
-    struct {
-        uint64_t kept, allocs, reused;
-        int processes;
-    } kinds[CUPOOL_LIVE_KEPT_KINDS] = {{0}};
     int nkinds = 0;
     for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
+        memset(&kinds[k], 0, sizeof kinds[k]);
         for (size_t i = 0; i < n; i++) {
             const cupool_live_kept_t *m = &pages[i].kept[k];
             if (!m->allocs) continue;
@@ -190,32 +176,35 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
         }
         nkinds += kinds[k].processes > 0;
     }
-    room -= (int)ndev + 1 + nkinds;
-    for (size_t i = 0; i < nrows; i++) {
-        if (used - 3 >= room && i + 1 < nrows) {
-            snprintf(line, sizeof line, "... %zu more", nrows - i);
-            put_line(out, line, width, eol);
-            used++;
-            break;
-        }
-        const cupool_live_page_t *p = rows[i].page;
-        const cupool_live_device_t *d = rows[i].device;
-        /* 20 characters, padded by hand: %-20s counts bytes. */
-        char command[128];
-        live_printable(p->command, command, sizeof command - 20, 20);
-        for (size_t c = live_columns(command); c < 20; c++) strcat(command, " ");
-        if (d)
-            snprintf(line, sizeof line, "%7d %s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
-                     (int)d->ordinal, live_human((double)d->in_use, b1, sizeof b1),
-                     live_human((double)d->reserved, b2, sizeof b2), live_human((double)d->peak_in_use, b3, sizeof b3),
-                     (unsigned long long)d->alloc_rate, (unsigned long long)d->free_rate,
-                     live_modes(d, modes, sizeof modes), (unsigned long long)d->oom_retries);
-        else snprintf(line, sizeof line, "%7d %s %3s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-",
-                      "-", "-", "-", "-", "-", "-", "-");
-        put_line(out, line, width, eol);
-        used++;
-    }
-    put_line(out, "", width, eol);
+    return nkinds;
+}
+
+/* A process's line for one device (or dashes, for a process with none). */
+static void print_row(FILE *out, const row_t *row, int width, const char *eol)
+{
+    const cupool_live_page_t *p = row->page;
+    const cupool_live_device_t *d = row->device;
+    char line[1024], b1[32], b2[32], b3[32], modes[32];
+    /* 20 characters, padded by hand: %-20s counts bytes. */
+    char command[128];
+    live_printable(p->command, command, sizeof command - 20, 20);
+    for (size_t c = live_columns(command); c < 20; c++) strcat(command, " ");
+    if (d)
+        snprintf(line, sizeof line, "%7d %s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
+                 (int)d->ordinal, live_human((double)d->in_use, b1, sizeof b1),
+                 live_human((double)d->reserved, b2, sizeof b2), live_human((double)d->peak_in_use, b3, sizeof b3),
+                 (unsigned long long)d->alloc_rate, (unsigned long long)d->free_rate, live_modes(d, modes, sizeof modes),
+                 (unsigned long long)d->oom_retries);
+    else snprintf(line, sizeof line, "%7d %s %3s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-", "-",
+                  "-", "-", "-", "-", "-", "-");
+    put_line(out, line, width, eol);
+}
+
+/* The TOTAL line of each device, then a line per kept kind. */
+static void print_totals(FILE *out, const total_t *totals, size_t ndev, const kept_total_t *kinds, int width,
+                         const char *eol)
+{
+    char line[1024], b1[32], b2[32], b3[32];
     for (size_t t = 0; t < ndev; t++) {
         char count[32];
         snprintf(count, sizeof count, "%d process%s", totals[t].processes, totals[t].processes == 1 ? "" : "es");
@@ -234,6 +223,42 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
                  (unsigned long long)kinds[k].allocs, (unsigned long long)kinds[k].reused);
         put_line(out, line, width, eol);
     }
+}
+
+/* The whole view: a header, a line per process and device (as many as
+ * height leaves room for, the device totals and kept kinds kept), the
+ * totals. */
+static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, int width, int height, const char *eol)
+{
+    size_t nrows;
+    row_t *rows = make_rows(pages, n, &nrows);
+    if (!rows) return;
+    char line[1024];
+    time_t now = time(NULL);
+    char when[32];
+    strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
+    snprintf(line, sizeof line, "cupool top - %s - %zu process%s", when, n, n == 1 ? "" : "es");
+    put_line(out, line, width, eol);
+    put_line(out, "", width, eol);
+    snprintf(line, sizeof line, "%7s %-20s %3s %10s %10s %10s %9s %9s %-15s %5s", "PID", "COMMAND", "DEV", "IN USE",
+             "RESERVED", "PEAK", "ALLOCS/S", "FREES/S", "FREE MODE", "OOM");
+    put_line(out, line, width, eol);
+    total_t totals[CUPOOL_LIVE_DEVICES * 4];
+    size_t ndev = make_totals(rows, nrows, totals, sizeof totals / sizeof totals[0]);
+    kept_total_t kinds[CUPOOL_LIVE_KEPT_KINDS];
+    int nkinds = make_kept_totals(pages, n, kinds);
+    /* Lines left for processes: the header's three and the totals' are taken. */
+    int room = (height > 0 ? height - 4 : 1 << 30) - (int)ndev - 1 - nkinds;
+    for (size_t i = 0; i < nrows; i++) {
+        if ((int)i >= room && i + 1 < nrows) {
+            snprintf(line, sizeof line, "... %zu more", nrows - i);
+            put_line(out, line, width, eol);
+            break;
+        }
+        print_row(out, &rows[i], width, eol);
+    }
+    put_line(out, "", width, eol);
+    print_totals(out, totals, ndev, kinds, width, eol);
     if (!n) put_line(out, "no process of this user publishes cupool statistics", width, eol);
     free(rows);
 }
