@@ -23,20 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static unsigned long long start_of(int pid)
-{
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
-    char *p = strrchr(text, ')');
-    for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
 static long long now_ns(clockid_t clock)
 {
     struct timespec t;
@@ -79,7 +65,7 @@ int main(int argc, char **argv)
     page.size = sizeof page;
     page.pid = pid;
     page.uid = (uint32_t)getuid();
-    page.start_time = start_of(pid);
+    page.start_time = cupool_live_process_start(pid);
     struct stat st;
     if (stat("/proc/self/ns/pid", &st) == 0) page.pid_ns = (uint64_t)st.st_ino;
     page.updated_ns = (uint64_t)now_ns(CLOCK_REALTIME);

@@ -11,7 +11,9 @@
 # with group or other permission bits, or of another user, is not shown; a
 # forked child's exit leaves its parent's page.  The Prometheus endpoint's
 # answer parses as the text format 0.0.4, other paths get 404, and an idle
-# client does not hold up others.  The terminal view, driven in tmux, shows
+# client does not hold up others.  The page carries the sharing figures
+# (CUPOOL_SHARE) and each device's idle memory, and the table shows them.
+# The terminal view, driven in tmux, shows
 # the process row and totals and quits on q.
 # Every wait polls with a deadline.  Skipped (77) without python3.
 set -u
@@ -88,6 +90,19 @@ elif cmd == "settled":                  # settled PID COUNTS < one stat --json
         k = r[0][kind] if r else {}
         ok = ok and k.get("allocs") == n and k.get("frees") == n and k.get("kept_frees") == n \
             and 0 < k.get("reused", 0) <= n - 1 and k.get("kept", 0) > 0
+    sys.exit(0 if ok else 1)
+elif cmd == "share":                    # share PID ONCE_TEXT < one stat --json of the same moment
+    # Sharing one GPU: the page says the process answers the others
+    # (CUPOOL_SHARE is on by default) and has asked and given nothing (it
+    # never ran out); each device's idle is what its pools hold unused; the
+    # table has the IDLE column and the sharing line.
+    pid, text = int(sys.argv[2]), open(sys.argv[3]).read()
+    r = [r for r in records(sys.stdin.read()) if r["pid"] == pid]
+    h = r[0]["share"] if r else {}
+    ok = h.get("answers_peers") is True and h.get("asked") == 0 and h.get("given") == 0
+    ok = ok and all(d["idle"] == max(d["reserved"] - d["in_use"], 0) for d in r[0]["devices"])
+    ok = ok and re.search(r"^ *PID +COMMAND +DEV +IN USE +RESERVED +IDLE ", text, re.M) is not None
+    ok = ok and re.search(r"^sharing: \d+ process(es)? answers? the others; ", text, re.M) is not None
     sys.exit(0 if ok else 1)
 elif cmd == "kinds":                    # kinds ONCE_TEXT < json lines of the same moment
     # The view's line per kind of kept memory sums every page that has
@@ -170,7 +185,8 @@ elif cmd == "prom":                     # prom PORT PID
         seen.setdefault(name, []).append(line)
     want = 'cupool_in_use_bytes{pid="%s",device="0",command="' % pid
     assert any(l.startswith(want) for l in seen.get("cupool_in_use_bytes", [])), "no in-use sample for " + pid
-    for name in ("cupool_reserved_bytes", "cupool_pooled_allocations_total", "cupool_oom_retries_total"):
+    for name in ("cupool_reserved_bytes", "cupool_pooled_allocations_total", "cupool_oom_retries_total",
+                 "cupool_idle_bytes", "cupool_share_requests_total", "cupool_share_given_bytes_total"):
         assert name in seen, "no " + name
     for kind in ("pinned_host", "managed"):
         want = 'cupool_kept_allocations_total{pid="%s",kind="%s",command="' % (pid, kind)
@@ -343,6 +359,10 @@ kinds_agree() { "$launcher" top --once >"$tmp/once" && "$launcher" top --once --
 until_ok 10 kinds_agree || fail "the table's kept memory lines disagree with --json: $(cat "$tmp/once")"
 grep -q "^pinned host memory: " "$tmp/once" && grep -q "^managed memory: " "$tmp/once" ||
     fail "no pinned host or managed memory line in: $(cat "$tmp/once")"
+"$launcher" stat --json "$main" | py share "$main" "$tmp/once" ||
+    fail "the page's sharing figures or the table's IDLE and sharing lines are wrong: $(cat "$tmp/once")"
+grep -q "^cupool:   sharing: answers other processes' requests (CUPOOL_SHARE)" "$tmp/stat2" ||
+    fail "cupool stat has no sharing line: $(cat "$tmp/stat2")"
 touch "$main_dir/exit"
 wait "$main" || fail "live_alloc failed: $(cat "$main_dir/stats.err")"
 py compare "$tmp/stat2" "$main_dir/stats.err" "$main" || fail "cupool stat and CUPOOL_STATS disagree"

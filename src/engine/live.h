@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #define CUPOOL_LIVE_MAGIC 0x3165766c6c6f6f70ull /* "poollve1", read as a little-endian word */
-#define CUPOOL_LIVE_FORMAT 3
+#define CUPOOL_LIVE_FORMAT 4
 #define CUPOOL_LIVE_PREFIX "cupool."
 #define CUPOOL_LIVE_DEVICES 16  /* devices a page carries, those with activity first come first */
 #define CUPOOL_LIVE_COMMAND 256 /* bytes of the command line kept, NUL included */
@@ -63,6 +63,17 @@ typedef struct cupool_live_kept {
                                                     * advice in their mapping (managed) */
 } cupool_live_kept_t;
 
+/* One GPU, several processes (CUPOOL_SHARE, CUPOOL_IDLE_KEEP): what this
+ * process asked of the others and gave them. */
+typedef struct cupool_live_share {
+    uint32_t answers_peers;      /* 1: CUPOOL_SHARE is on, other processes may ask this one */
+    uint32_t idle_keep;          /* 1: CUPOOL_IDLE_KEEP bounds the idle memory it holds */
+    uint64_t asked;              /* allocations that asked the others after out of memory */
+    uint64_t answers, received_bytes; /* answers that handed memory back, and their bytes */
+    uint64_t given, given_bytes; /* requests this process answered by handing memory back, and their bytes */
+    uint64_t idle_returns, idle_bytes; /* hand-backs of idle memory under CUPOOL_IDLE_KEEP, and their bytes */
+} cupool_live_share_t;
+
 typedef struct cupool_live_page {
     uint64_t magic;          /* CUPOOL_LIVE_MAGIC */
     uint32_t format;         /* CUPOOL_LIVE_FORMAT */
@@ -84,6 +95,7 @@ typedef struct cupool_live_page {
     char command[CUPOOL_LIVE_COMMAND]; /* /proc/self/cmdline, arguments joined by spaces, cut */
     cupool_live_device_t device[CUPOOL_LIVE_DEVICES];
     cupool_live_kept_t kept[CUPOOL_LIVE_KEPT_KINDS];
+    cupool_live_share_t share;
 } cupool_live_page_t;
 
 /* The start of process pid (0: the calling process) in clock ticks after

@@ -40,6 +40,13 @@ cupool_live_page_t *live_scan(const char *dir, size_t *count, int clean, size_t 
 
 /* The free modes of a device ("ordered", "ordered+sync", "-"), into buf. */
 const char *live_modes(const cupool_live_device_t *d, char *buf, size_t len);
+/* What the device's pools hold and the process does not use: what it would
+ * hand back to another cupool process that runs out (CUPOOL_SHARE), as of
+ * the page's last update. */
+static inline uint64_t live_idle(const cupool_live_device_t *d)
+{
+    return d->reserved > d->in_use ? d->reserved - d->in_use : 0;
+}
 
 /* The names of the kinds of kept[]: as a key or label value (JSON,
  * Prometheus: "pinned_host") and as text (as CUPOOL_STATS prints it:

@@ -74,6 +74,21 @@ static const metric_t kept_metrics[] = {
     {"cupool_kept_frees_total", "counter", "Frees of tracked pinned host or managed blocks.", KEPT(frees)},
 };
 
+/* Sharing one GPU (CUPOOL_SHARE, CUPOOL_IDLE_KEEP), per process (offsets in cupool_live_share_t). */
+#define SHARE(f) offsetof(cupool_live_share_t, f)
+static const metric_t share_metrics[] = {
+    {"cupool_share_requests_total", "counter", "Allocations that asked the other cupool processes for memory.",
+     SHARE(asked)},
+    {"cupool_share_received_bytes_total", "counter", "Bytes other cupool processes handed back when asked.",
+     SHARE(received_bytes)},
+    {"cupool_share_given_total", "counter", "Requests of other cupool processes answered by handing memory back.",
+     SHARE(given)},
+    {"cupool_share_given_bytes_total", "counter", "Bytes handed back to other cupool processes' requests.",
+     SHARE(given_bytes)},
+    {"cupool_idle_returned_bytes_total", "counter", "Idle bytes handed back by the process itself (CUPOOL_IDLE_KEEP).",
+     SHARE(idle_bytes)},
+};
+
 /* A label value, valid UTF-8 whatever the page holds (Prometheus rejects
  * the whole scrape otherwise): backslash, double quote and newline
  * escaped, other control characters left out, a byte that is not UTF-8
@@ -158,6 +173,26 @@ char *prom_format(const cupool_live_page_t *pages, size_t n, size_t *len)
                 put_command(out, pages[i].command);
                 fprintf(out, "\"} %llu\n", (unsigned long long)value);
             }
+    }
+    fputs("# HELP cupool_idle_bytes Bytes the device's pools hold that the process does not use.\n"
+          "# TYPE cupool_idle_bytes gauge\n",
+          out);
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t k = 0; k < pages[i].ndevices; k++) {
+            fputs("cupool_idle_bytes", out);
+            put_labels(out, &pages[i], &pages[i].device[k]);
+            fprintf(out, "} %llu\n", (unsigned long long)live_idle(&pages[i].device[k]));
+        }
+    for (size_t m = 0; m < sizeof share_metrics / sizeof share_metrics[0]; m++) {
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", share_metrics[m].name, share_metrics[m].help,
+                share_metrics[m].name, share_metrics[m].type);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t value;
+            memcpy(&value, (const char *)&pages[i].share + share_metrics[m].offset, sizeof value);
+            fprintf(out, "%s{pid=\"%d\",command=\"", share_metrics[m].name, (int)pages[i].pid);
+            put_command(out, pages[i].command);
+            fprintf(out, "\"} %llu\n", (unsigned long long)value);
+        }
     }
     fputs("# HELP cupool_free_mode Free modes the device's contexts are in (1 per mode in force).\n"
           "# TYPE cupool_free_mode gauge\n",

@@ -106,7 +106,7 @@ static row_t *make_rows(const cupool_live_page_t *pages, size_t n, size_t *nrows
 
 typedef struct total {
     int ordinal, processes;
-    uint64_t in_use, reserved, peak_in_use, alloc_rate, free_rate, oom_retries;
+    uint64_t in_use, reserved, idle, peak_in_use, alloc_rate, free_rate, oom_retries;
 } total_t;
 
 /* Whether an earlier row is of the same process and device: a process is
@@ -135,6 +135,7 @@ static size_t make_totals(const row_t *rows, size_t nrows, total_t *totals, size
         if (!counted(rows, i)) totals[t].processes++;
         totals[t].in_use += d->in_use;
         totals[t].reserved += d->reserved;
+        totals[t].idle += live_idle(d);
         totals[t].peak_in_use += d->peak_in_use;
         totals[t].alloc_rate += d->alloc_rate;
         totals[t].free_rate += d->free_rate;
@@ -184,19 +185,20 @@ static void print_row(FILE *out, const row_t *row, int width, const char *eol)
 {
     const cupool_live_page_t *p = row->page;
     const cupool_live_device_t *d = row->device;
-    char line[1024], b1[32], b2[32], b3[32], modes[32];
+    char line[1024], b1[32], b2[32], b3[32], b4[32], modes[32];
     /* 20 characters, padded by hand: %-20s counts bytes. */
     char command[128];
     live_printable(p->command, command, sizeof command - 20, 20);
     for (size_t c = live_columns(command); c < 20; c++) strcat(command, " ");
     if (d)
-        snprintf(line, sizeof line, "%7d %s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
+        snprintf(line, sizeof line, "%7d %s %3d %10s %10s %10s %10s %9llu %9llu %-15s %5llu", (int)p->pid, command,
                  (int)d->ordinal, live_human((double)d->in_use, b1, sizeof b1),
-                 live_human((double)d->reserved, b2, sizeof b2), live_human((double)d->peak_in_use, b3, sizeof b3),
-                 (unsigned long long)d->alloc_rate, (unsigned long long)d->free_rate, live_modes(d, modes, sizeof modes),
+                 live_human((double)d->reserved, b2, sizeof b2), live_human((double)live_idle(d), b4, sizeof b4),
+                 live_human((double)d->peak_in_use, b3, sizeof b3), (unsigned long long)d->alloc_rate,
+                 (unsigned long long)d->free_rate, live_modes(d, modes, sizeof modes),
                  (unsigned long long)d->oom_retries);
-    else snprintf(line, sizeof line, "%7d %s %3s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-", "-",
-                  "-", "-", "-", "-", "-", "-");
+    else snprintf(line, sizeof line, "%7d %s %3s %10s %10s %10s %10s %9s %9s %-15s %5s", (int)p->pid, command, "-",
+                  "-", "-", "-", "-", "-", "-", "-", "-");
     put_line(out, line, width, eol);
 }
 
@@ -204,13 +206,14 @@ static void print_row(FILE *out, const row_t *row, int width, const char *eol)
 static void print_totals(FILE *out, const total_t *totals, size_t ndev, const kept_total_t *kinds, int width,
                          const char *eol)
 {
-    char line[1024], b1[32], b2[32], b3[32];
+    char line[1024], b1[32], b2[32], b3[32], b4[32];
     for (size_t t = 0; t < ndev; t++) {
         char count[32];
         snprintf(count, sizeof count, "%d process%s", totals[t].processes, totals[t].processes == 1 ? "" : "es");
-        snprintf(line, sizeof line, "%7s %-20s %3d %10s %10s %10s %9llu %9llu %-15s %5llu", "TOTAL", count,
+        snprintf(line, sizeof line, "%7s %-20s %3d %10s %10s %10s %10s %9llu %9llu %-15s %5llu", "TOTAL", count,
                  totals[t].ordinal, live_human((double)totals[t].in_use, b1, sizeof b1),
                  live_human((double)totals[t].reserved, b2, sizeof b2),
+                 live_human((double)totals[t].idle, b4, sizeof b4),
                  live_human((double)totals[t].peak_in_use, b3, sizeof b3), (unsigned long long)totals[t].alloc_rate,
                  (unsigned long long)totals[t].free_rate, "", (unsigned long long)totals[t].oom_retries);
         put_line(out, line, width, eol);
@@ -223,6 +226,35 @@ static void print_totals(FILE *out, const total_t *totals, size_t ndev, const ke
                  (unsigned long long)kinds[k].allocs, (unsigned long long)kinds[k].reused);
         put_line(out, line, width, eol);
     }
+}
+
+/* The sharing line under the totals: the processes that answer each other
+ * (CUPOOL_SHARE), what they asked and were given, what they handed back by
+ * themselves (CUPOOL_IDLE_KEEP).  Returns 1 when there is one. */
+static int print_sharing(FILE *out, const cupool_live_page_t *pages, size_t n, int width, const char *eol)
+{
+    cupool_live_share_t sum = {0};
+    for (size_t i = 0; i < n; i++) {
+        const cupool_live_share_t *h = &pages[i].share;
+        sum.answers_peers += h->answers_peers;
+        sum.idle_keep += h->idle_keep;
+        sum.asked += h->asked;
+        sum.received_bytes += h->received_bytes;
+        sum.given += h->given;
+        sum.idle_returns += h->idle_returns;
+        sum.idle_bytes += h->idle_bytes;
+    }
+    if (!out) return sum.answers_peers || sum.idle_keep || sum.asked || sum.idle_returns;
+    if (!sum.answers_peers && !sum.idle_keep && !sum.asked && !sum.idle_returns) return 0;
+    char line[1024], b1[32], b2[32];
+    snprintf(line, sizeof line,
+             "sharing: %u process%s answer%s the others; out of memory, asked them %llu time%s and got %s back "
+             "(%llu answer%s given); idle memory handed back %s",
+             sum.answers_peers, sum.answers_peers == 1 ? "" : "es", sum.answers_peers == 1 ? "s" : "",
+             (unsigned long long)sum.asked, sum.asked == 1 ? "" : "s", live_human((double)sum.received_bytes, b1, sizeof b1),
+             (unsigned long long)sum.given, sum.given == 1 ? "" : "s", live_human((double)sum.idle_bytes, b2, sizeof b2));
+    put_line(out, line, width, eol);
+    return 1;
 }
 
 /* The whole view: a header, a line per process and device (as many as
@@ -240,15 +272,15 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
     snprintf(line, sizeof line, "cupool top - %s - %zu process%s", when, n, n == 1 ? "" : "es");
     put_line(out, line, width, eol);
     put_line(out, "", width, eol);
-    snprintf(line, sizeof line, "%7s %-20s %3s %10s %10s %10s %9s %9s %-15s %5s", "PID", "COMMAND", "DEV", "IN USE",
-             "RESERVED", "PEAK", "ALLOCS/S", "FREES/S", "FREE MODE", "OOM");
+    snprintf(line, sizeof line, "%7s %-20s %3s %10s %10s %10s %10s %9s %9s %-15s %5s", "PID", "COMMAND", "DEV",
+             "IN USE", "RESERVED", "IDLE", "PEAK", "ALLOCS/S", "FREES/S", "FREE MODE", "OOM");
     put_line(out, line, width, eol);
     total_t totals[CUPOOL_LIVE_DEVICES * 4];
     size_t ndev = make_totals(rows, nrows, totals, sizeof totals / sizeof totals[0]);
     kept_total_t kinds[CUPOOL_LIVE_KEPT_KINDS];
     int nkinds = make_kept_totals(pages, n, kinds);
     /* Lines left for processes: the header's three and the totals' are taken. */
-    int room = (height > 0 ? height - 4 : 1 << 30) - (int)ndev - 1 - nkinds;
+    int room = (height > 0 ? height - 4 : 1 << 30) - (int)ndev - 1 - nkinds - print_sharing(NULL, pages, n, 0, eol);
     for (size_t i = 0; i < nrows; i++) {
         if ((int)i >= room && i + 1 < nrows) {
             snprintf(line, sizeof line, "... %zu more", nrows - i);
@@ -259,6 +291,7 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
     }
     put_line(out, "", width, eol);
     print_totals(out, totals, ndev, kinds, width, eol);
+    print_sharing(out, pages, n, width, eol);
     if (!n) put_line(out, "no process of this user publishes cupool statistics", width, eol);
     free(rows);
 }
@@ -300,7 +333,7 @@ static void print_json(FILE *out, const cupool_live_page_t *p)
                 "%s{\"device\":%d,\"free_mode\":\"%s\",\"contexts\":%u,\"pooled\":%s,\"pooled_allocs\":%llu,"
                 "\"pooled_frees\":%llu,\"native_allocs\":%llu,\"in_use\":%llu,\"peak_in_use\":%llu,\"reserved\":%llu,"
                 "\"peak_reserved\":%llu,\"allocs_per_s\":%llu,\"frees_per_s\":%llu,\"trims\":%llu,\"oom_retries\":%llu,"
-                "\"rewritten_memsets\":%llu,\"ready_reuses\":%llu,\"deferred_waits\":%llu}",
+                "\"rewritten_memsets\":%llu,\"ready_reuses\":%llu,\"deferred_waits\":%llu,\"idle\":%llu}",
                 k ? "," : "", (int)d->ordinal, live_modes(d, modes, sizeof modes), d->contexts,
                 d->pooled ? "true" : "false", (unsigned long long)d->pooled_allocs,
                 (unsigned long long)d->pooled_frees, (unsigned long long)d->native_allocs,
@@ -308,9 +341,16 @@ static void print_json(FILE *out, const cupool_live_page_t *p)
                 (unsigned long long)d->peak_reserved, (unsigned long long)d->alloc_rate,
                 (unsigned long long)d->free_rate, (unsigned long long)d->trims, (unsigned long long)d->oom_retries,
                 (unsigned long long)d->rewritten_memsets, (unsigned long long)d->ready_reuses,
-                (unsigned long long)d->deferred_waits);
+                (unsigned long long)d->deferred_waits, (unsigned long long)live_idle(d));
     }
     fputs("]", out);
+    const cupool_live_share_t *h = &p->share;
+    fprintf(out,
+            ",\"share\":{\"answers_peers\":%s,\"idle_keep\":%s,\"asked\":%llu,\"answers\":%llu,"
+            "\"received_bytes\":%llu,\"given\":%llu,\"given_bytes\":%llu,\"idle_returns\":%llu,\"idle_bytes\":%llu}",
+            h->answers_peers ? "true" : "false", h->idle_keep ? "true" : "false", (unsigned long long)h->asked,
+            (unsigned long long)h->answers, (unsigned long long)h->received_bytes, (unsigned long long)h->given,
+            (unsigned long long)h->given_bytes, (unsigned long long)h->idle_returns, (unsigned long long)h->idle_bytes);
     for (int k = 0; k < CUPOOL_LIVE_KEPT_KINDS; k++) {
         const cupool_live_kept_t *m = &p->kept[k];
         fprintf(out,
@@ -351,8 +391,8 @@ static void print_stat(FILE *out, const cupool_live_page_t *p)
                 d->pooled ? "" : ", no pools");
         fprintf(out, "cupool:     pooled allocations  %llu, frees %llu\n", U(d->pooled_allocs), U(d->pooled_frees));
         fprintf(out, "cupool:     native allocations  %llu\n", U(d->native_allocs));
-        fprintf(out, "cupool:     in use %s, reserved %s\n", live_human((double)d->in_use, b1, sizeof b1),
-                live_human((double)d->reserved, b2, sizeof b2));
+        fprintf(out, "cupool:     in use %s, reserved %s, idle %s\n", live_human((double)d->in_use, b1, sizeof b1),
+                live_human((double)d->reserved, b2, sizeof b2), live_human((double)live_idle(d), b3, sizeof b3));
         fprintf(out, "cupool:     peak in use %s, peak reserved %s\n", live_human((double)d->peak_in_use, b3, sizeof b3),
                 live_human((double)d->peak_reserved, b4, sizeof b4));
         fprintf(out, "cupool:     allocations per second %llu, frees per second %llu\n", U(d->alloc_rate),
@@ -385,6 +425,17 @@ static void print_stat(FILE *out, const cupool_live_page_t *p)
                 U(m->limit_frees), U(m->oom_frees));
         if (k == CUPOOL_LIVE_KEPT_MANAGED) fprintf(out, ", advice in their mapping %llu", U(m->advice_frees));
         fputc('\n', out);
+    }
+    const cupool_live_share_t *h = &p->share;
+    fprintf(out, "cupool:   sharing: %s other processes' requests (CUPOOL_SHARE); idle memory %s (CUPOOL_IDLE_KEEP)\n",
+            h->answers_peers ? "answers" : "does not answer", h->idle_keep ? "bounded" : "not bounded");
+    if (h->asked || h->given || h->idle_returns) {
+        fprintf(out, "cupool:     out of memory, asked the others %llu time%s: %llu answer%s handed back %s\n", U(h->asked),
+                h->asked == 1 ? "" : "s", U(h->answers), h->answers == 1 ? "" : "s",
+                live_human((double)h->received_bytes, b1, sizeof b1));
+        fprintf(out, "cupool:     handed back on request %llu time%s, %s; by itself (idle) %llu time%s, %s\n", U(h->given),
+                h->given == 1 ? "" : "s", live_human((double)h->given_bytes, b2, sizeof b2), U(h->idle_returns),
+                h->idle_returns == 1 ? "" : "s", live_human((double)h->idle_bytes, b3, sizeof b3));
     }
     if (!p->ndevices) fprintf(out, "cupool:   no device used yet\n");
     if (p->devices_left_out) fprintf(out, "cupool:   %u more devices not carried by the page\n", p->devices_left_out);
