@@ -24,7 +24,10 @@
  *   other-device a process on another device answers that it holds
  *               nothing there (simulator only);
  *   idle-keep   A with CUPOOL_IDLE_KEEP=0 hands its idle memory back by
- *               itself: B, with CUPOOL_SHARE=0, succeeds after a moment.
+ *               itself: B, with CUPOOL_SHARE=0, succeeds after a moment;
+ *   info        B's cuMemGetInfo with CUPOOL_SHARE_INFO=1 counts A's idle
+ *               memory as free, without it does not, nor with it when A
+ *               does not answer (CUPOOL_SHARE=0); A's memory stays A's.
  *
  * Every wait is bounded: a child that does not say "ready" in time, or
  * does not end, fails the case.
@@ -83,7 +86,8 @@ static int holder_main(void)
     CHECK_CU(cuCtxSynchronize());
     /* What B asks for: more than is free while A holds its idle block,
      * less than is free once A has handed it back. */
-    printf("ready %llu\n", (unsigned long long)((free_bytes - KEEP_BYTES - big_bytes / 4) / (2 * MiB) * (2 * MiB)));
+    printf("ready %llu %llu\n", (unsigned long long)((free_bytes - KEEP_BYTES - big_bytes / 4) / (2 * MiB) * (2 * MiB)),
+           (unsigned long long)big_bytes);
     fflush(stdout);
     char line[64];
     if (!fgets(line, sizeof line, stdin)) CHECK_FAIL("holder: no word from the test");
@@ -119,12 +123,23 @@ static int needer_main(const char *want_text)
     return 0;
 }
 
+/* What cuMemGetInfo says is free. */
+static int info_main(void)
+{
+    tl_init(0);
+    size_t free_bytes, total;
+    CHECK_CU(cuMemGetInfo(&free_bytes, &total));
+    printf("info %llu\n", (unsigned long long)free_bytes);
+    return 0;
+}
+
 /* ---- the parent -------------------------------------------------------- */
 
 typedef struct {
     pid_t pid;
     int to, from; /* its stdin, its stdout */
     char want[32]; /* what B asks for, as A says */
+    unsigned long long idle; /* what A holds idle, as it says */
 } holder_t;
 
 static char top[128]; /* the test's own folder */
@@ -160,7 +175,7 @@ static int holder_start(holder_t *h, const char *const *env)
         n += (size_t)got;
     }
     line[n] = '\0';
-    if (sscanf(line, "ready %31s", h->want) != 1) {
+    if (sscanf(line, "ready %31s %llu", h->want, &h->idle) != 2) {
         fprintf(stderr, "the holder did not say it was ready (it said \"%s\")\n", line);
         return -1;
     }
@@ -479,6 +494,57 @@ static int other_device(void)
     return failed;
 }
 
+/* What a process that runs beside A with env says is free; 0 if it failed. */
+static unsigned long long free_beside(const char *const *env)
+{
+    const char *args[] = {"--info", NULL};
+    tl_child_t child;
+    tl_run_self(args, env, 0, 20, &child);
+    const char *line = strstr(child.out, "info ");
+    unsigned long long free_bytes = 0;
+    if (child.status != 0 || !line || sscanf(line, "info %llu", &free_bytes) != 1) tl_child_dump("info", &child);
+    tl_child_free(&child);
+    return free_bytes;
+}
+
+/* CUPOOL_SHARE_INFO: B's free memory counts A's idle memory only when B
+ * asks for it and A answers. */
+static int info(void)
+{
+    int failed = 0;
+    for (int a_answers = 1; a_answers >= 0; a_answers--) {
+        const char *name = a_answers ? "info" : "info-holder-off";
+        char share[256], device[256];
+        case_paths(name, share, device, sizeof share);
+        env_set_case(share, device);
+        holder_t h;
+        const char *const env_a[] = {a_answers ? "CUPOOL_SHARE=1" : "CUPOOL_SHARE=0", NULL};
+        if (holder_start(&h, env_a) != 0) {
+            kill(h.pid, SIGKILL);
+            waitpid(h.pid, NULL, 0);
+            fprintf(stderr, "%s: FAILED (holder)\n", name);
+            failed++;
+            continue;
+        }
+        unsigned long long plain = free_beside((const char *const[]){NULL});
+        unsigned long long counted = free_beside((const char *const[]){"CUPOOL_SHARE_INFO=1", NULL});
+        fprintf(stderr, "%s: free %llu MiB, with CUPOOL_SHARE_INFO %llu MiB; A holds %llu MiB idle\n", name,
+                plain / MiB, counted / MiB, h.idle / MiB);
+        int ok = plain && counted;
+        /* The simulated device is one budget: exact.  A GPU's free memory
+         * moves with everything else on it: within 64 MiB. */
+        unsigned long long slack = real_driver() ? 64 * MiB : 0;
+        if (a_answers) ok = ok && counted + slack >= plain + h.idle && counted <= plain + h.idle + slack;
+        else ok = ok && counted <= plain + slack && counted + slack >= plain;
+        char said[256];
+        int status = holder_finish(&h, said, sizeof said);
+        if (status != 0 || !strstr(said, "holder ok")) ok = 0;
+        fprintf(stderr, "%s: %s\n", name, ok ? "passed" : "FAILED");
+        failed += !ok;
+    }
+    return failed;
+}
+
 static void remove_tree(const char *path)
 {
     char cmd[512];
@@ -490,11 +556,13 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--holder") == 0) return holder_main();
     if (argc == 3 && strcmp(argv[1], "--needer") == 0) return needer_main(argv[2]);
+    if (argc == 2 && strcmp(argv[1], "--info") == 0) return info_main();
     signal(SIGPIPE, SIG_IGN);
     snprintf(top, sizeof top, "/tmp/cupool-test-share.XXXXXX");
     if (!mkdtemp(top)) CHECK_FAIL("mkdtemp: %s", strerror(errno));
     unsetenv("CUPOOL_SHARE");
     unsetenv("CUPOOL_IDLE_KEEP");
+    unsetenv("CUPOOL_SHARE_INFO");
     const char *const none[] = {NULL};
     const char *const off[] = {"CUPOOL_SHARE=0", NULL};
     const char *const verbose[] = {"CUPOOL_VERBOSE=1", NULL};
@@ -509,6 +577,7 @@ int main(int argc, char **argv)
     failed += open_folder();
     failed += other_device();
     failed += run_case("idle-keep", idle, off, A_IDLE, 1, NULL);
+    failed += info();
     if (real_driver()) fprintf(stderr, "ran on the real driver\n");
     remove_tree(top);
     return failed ? 1 : 0;

@@ -56,6 +56,8 @@
       "out of device memory, ask the other cupool processes of this user on the device to hand back what they hold idle, and answer their asking") \
     X(SHARE_DIR, "CUPOOL_SHARE_DIR", STRING, "/dev/shm", NULL,                                                 \
       "directory holding the private folder cupool-share.UID of the sockets through which processes ask each other") \
+    X(SHARE_INFO, "CUPOOL_SHARE_INFO", BOOL, "0", NULL,                                                       \
+      "cuMemGetInfo counts as free what the other cupool processes of this user on the device hold idle and would hand back") \
     X(IDLE_KEEP, "CUPOOL_IDLE_KEEP", HELD, "unlimited", NULL,                                                  \
       "idle device memory (pool cache, ready blocks) a process keeps past a moment; the rest goes back by itself (N% = share of the recent peak in use)")
 

@@ -57,11 +57,19 @@
 #include <unistd.h>
 
 #define SHARE_MAGIC "cupoolS1"
+/* A query (CUPOOL_SHARE_INFO): how much the process holds idle on the
+ * device, nothing handed back.  A magic of its own, so that a process that
+ * does not know queries refuses one instead of handing memory back. */
+#define SHARE_QUERY_MAGIC "cupoolQ1"
 #define SHARE_FOLDER_PREFIX "cupool-share."
 /* The most processes one allocation asks (the rest are not asked). */
 #define SHARE_MAX_PEERS 64
 /* How long the answering thread waits for a request once connected. */
 #define SHARE_REQUEST_WAIT_MS 100
+/* CUPOOL_SHARE_INFO: the longest cuMemGetInfo waits for the others' answers,
+ * and how long a device's answer serves later calls. */
+#define SHARE_QUERY_WAIT_MS 50
+#define SHARE_QUERY_KEEP_NS 1000000000ull
 /* How long exit waits for an answer in progress (a driver call that hangs
  * must not hang the exit). */
 #define SHARE_STOP_WAIT_NS 2000000000ll
@@ -276,23 +284,35 @@ static void give_end(void)
 
 /* ---- answering ---------------------------------------------------------------- */
 
+static uint64_t idle_on(int ordinal);
+
 /* One connection: its request read (a bounded wait), the memory handed
- * back, the reply sent; the connection closed. */
+ * back (or, for a query, what could be measured), the reply sent; the
+ * connection closed. */
 static void answer(int fd)
 {
     pid_t peer;
     share_request_t req;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     if (!peer_same_user(fd, &peer) || poll(&p, 1, SHARE_REQUEST_WAIT_MS) != 1 ||
-        recv(fd, &req, sizeof req, MSG_DONTWAIT) != (ssize_t)sizeof req || memcmp(req.magic, SHARE_MAGIC, 8) != 0) {
+        recv(fd, &req, sizeof req, MSG_DONTWAIT) != (ssize_t)sizeof req ||
+        (memcmp(req.magic, SHARE_MAGIC, 8) != 0 && memcmp(req.magic, SHARE_QUERY_MAGIC, 8) != 0)) {
         close(fd);
         return;
     }
+    int query = memcmp(req.magic, SHARE_QUERY_MAGIC, 8) == 0;
     share_reply_t reply = {.status = SHARE_NOT_HERE, .pid = (uint32_t)getpid()};
-    memcpy(reply.magic, SHARE_MAGIC, 8);
+    memcpy(reply.magic, req.magic, 8);
     int ordinal = -1;
     if (!give_begin()) {
         reply.status = SHARE_STOPPING;
+    } else if (query) {
+        ordinal = ordinal_of(req.uuid);
+        if (ordinal >= 0) {
+            reply.status = SHARE_GAVE;
+            reply.released = idle_on(ordinal);
+        }
+        give_end();
     } else {
         uint64_t start = cupool_now_ns();
         ordinal = ordinal_of(req.uuid);
@@ -344,6 +364,19 @@ static int measure_context(cupool_context_t *c, void *arg)
     }
     cupool_leave_context(pushed);
     return 0;
+}
+
+/* What the device's pools hold beyond what the program uses (their own
+ * use less the ready stores'): what a request would get back. */
+static uint64_t idle_on(int ordinal)
+{
+    idle_look_t look;
+    memset(&look, 0, sizeof look);
+    if (ordinal < 0 || ordinal >= CUPOOL_MAX_DEVICES) return 0;
+    cupool_each_context(measure_context, &look);
+    if (!(look.seen & (1ull << ordinal))) return 0;
+    uint64_t in_use = look.pool_used[ordinal] > look.ready[ordinal] ? look.pool_used[ordinal] - look.ready[ordinal] : 0;
+    return look.reserved[ordinal] > in_use ? look.reserved[ordinal] - in_use : 0;
 }
 
 /* One look: per device, the bytes in use now (the pools' less the ready
@@ -612,21 +645,13 @@ static void remove_stale(const char *folder)
     closedir(d);
 }
 
-int cupool_share_reclaim(cupool_context_t *c, size_t size)
+/* Connects to every askable socket of the folder but this process's own
+ * and sends it req; the connections in peers (at most SHARE_MAX_PEERS: the
+ * others are counted in *left_out).  Returns how many. */
+static int send_to_peers(const char *folder, const share_request_t *req, struct pollfd *peers, int *left_out)
 {
-    if (!cupool_option(CUPOOL_OPT_SHARE)) return 0;
-    share_request_t req;
-    memset(&req, 0, sizeof req);
-    memcpy(req.magic, SHARE_MAGIC, 8);
-    req.pid = (uint32_t)getpid();
-    req.size = size;
-    char folder[sizeof socket_path];
-    if (device_uuid(c->device->ordinal, req.uuid) != 0 || private_folder(folder, sizeof folder - 40) != 0) return 0;
-
-    pthread_mutex_lock(&ask_lock);
-    uint64_t start = cupool_now_ns(), deadline = start + (uint64_t)CUPOOL_SHARE_WAIT_MS * 1000000u;
-    struct pollfd peers[SHARE_MAX_PEERS];
-    int npeers = 0, left_out = 0;
+    int npeers = 0;
+    *left_out = 0;
     DIR *d = opendir(folder);
     char path[sizeof socket_path];
     pid_t pid;
@@ -635,7 +660,7 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
         int n = snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
         if (n <= 0 || (size_t)n >= sizeof path || !askable(path)) continue;
         if (npeers == SHARE_MAX_PEERS) {
-            left_out++;
+            (*left_out)++;
             continue;
         }
         int fd;
@@ -646,16 +671,25 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
         }
         pid_t peer;
         if (!peer_same_user(fd, &peer) || peer == getpid() ||
-            send(fd, &req, sizeof req, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof req) {
+            send(fd, req, sizeof *req, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof *req) {
             close(fd);
             continue;
         }
         peers[npeers++] = (struct pollfd){.fd = fd, .events = POLLIN};
     }
     if (d) closedir(d);
+    return npeers;
+}
 
-    uint64_t released = 0;
-    int answered = 0, waiting = npeers, late;
+/* Reads the peers' replies until the deadline (epoch of cupool_now_ns):
+ * those that say SHARE_GAVE counted in *answered, their bytes summed in
+ * *bytes.  Closes every connection; returns how many had not answered. */
+static int collect_replies(struct pollfd *peers, int npeers, const char *magic, uint64_t deadline, int *answered,
+                           uint64_t *bytes)
+{
+    int waiting = npeers;
+    *answered = 0;
+    *bytes = 0;
     while (waiting > 0) {
         uint64_t now = cupool_now_ns();
         if (now >= deadline) break;
@@ -665,18 +699,47 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
             if (peers[i].fd < 0 || !peers[i].revents) continue;
             share_reply_t reply;
             if (recv(peers[i].fd, &reply, sizeof reply, MSG_DONTWAIT) == (ssize_t)sizeof reply &&
-                memcmp(reply.magic, SHARE_MAGIC, 8) == 0 && reply.status == SHARE_GAVE) {
-                answered++;
-                released += reply.released;
+                memcmp(reply.magic, magic, 8) == 0 && reply.status == SHARE_GAVE) {
+                (*answered)++;
+                *bytes += reply.released;
             }
             close(peers[i].fd);
             peers[i].fd = -1; /* poll() skips it */
             waiting--;
         }
     }
-    late = waiting;
     for (int i = 0; i < npeers; i++)
         if (peers[i].fd >= 0) close(peers[i].fd);
+    return waiting;
+}
+
+/* A request of this magic for the device of c, and the folder to send it
+ * in; 0 on success. */
+static int make_request(cupool_context_t *c, const char *magic, size_t size, share_request_t *req, char *folder,
+                        size_t cap)
+{
+    memset(req, 0, sizeof *req);
+    memcpy(req->magic, magic, 8);
+    req->pid = (uint32_t)getpid();
+    req->size = size;
+    if (device_uuid(c->device->ordinal, req->uuid) != 0 || private_folder(folder, cap - 40) != 0) return -1;
+    return 0;
+}
+
+int cupool_share_reclaim(cupool_context_t *c, size_t size)
+{
+    if (!cupool_option(CUPOOL_OPT_SHARE)) return 0;
+    share_request_t req;
+    char folder[sizeof socket_path];
+    if (make_request(c, SHARE_MAGIC, size, &req, folder, sizeof folder) != 0) return 0;
+
+    pthread_mutex_lock(&ask_lock);
+    uint64_t start = cupool_now_ns(), deadline = start + (uint64_t)CUPOOL_SHARE_WAIT_MS * 1000000u;
+    struct pollfd peers[SHARE_MAX_PEERS];
+    int left_out, answered;
+    int npeers = send_to_peers(folder, &req, peers, &left_out);
+    uint64_t released;
+    int late = collect_replies(peers, npeers, SHARE_MAGIC, deadline, &answered, &released);
     pthread_mutex_unlock(&ask_lock);
 
     atomic_fetch_add(&asked, 1);
@@ -690,4 +753,33 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
     /* A process that had not answered by the deadline may still have
      * handed memory back: one more try costs little. */
     return released > 0 || late > 0;
+}
+
+uint64_t cupool_share_peers_idle(cupool_context_t *c)
+{
+    static pthread_mutex_t query_lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t idle_of[CUPOOL_MAX_DEVICES], asked_at[CUPOOL_MAX_DEVICES];
+    int d = c->device->ordinal;
+    if (!cupool_option(CUPOOL_OPT_SHARE_INFO) || !cupool_option(CUPOOL_OPT_SHARE) || d < 0 || d >= CUPOOL_MAX_DEVICES)
+        return 0;
+    /* One asker at a time; the others take its answer. */
+    pthread_mutex_lock(&query_lock);
+    uint64_t now = cupool_now_ns();
+    if (!asked_at[d] || now - asked_at[d] >= SHARE_QUERY_KEEP_NS) {
+        share_request_t req;
+        char folder[sizeof socket_path];
+        uint64_t idle = 0;
+        if (make_request(c, SHARE_QUERY_MAGIC, 0, &req, folder, sizeof folder) == 0) {
+            struct pollfd peers[SHARE_MAX_PEERS];
+            int left_out, answered;
+            int npeers = send_to_peers(folder, &req, peers, &left_out);
+            collect_replies(peers, npeers, SHARE_QUERY_MAGIC, now + (uint64_t)SHARE_QUERY_WAIT_MS * 1000000u, &answered,
+                            &idle);
+        }
+        idle_of[d] = idle;
+        asked_at[d] = cupool_now_ns();
+    }
+    uint64_t idle = idle_of[d];
+    pthread_mutex_unlock(&query_lock);
+    return idle;
 }

@@ -27,6 +27,12 @@ void cupool_share_stop(void);
  * allocation is worth trying again), 0 otherwise; never blocks on a process that is dead, stopped or hung. */
 int cupool_share_reclaim(cupool_context_t *c, size_t size);
 
+/* CUPOOL_SHARE_INFO (with CUPOOL_SHARE): what the other cupool processes
+ * of this user hold idle on the device of c, as they answer a query (at
+ * most SHARE_QUERY_WAIT_MS, 50 ms, for those that answer; an answer serves
+ * the calls of the next second); 0 when the option is off. */
+uint64_t cupool_share_peers_idle(cupool_context_t *c);
+
 /* What this process asked and gave so far (for the statistics, the live
  * page and cupool top): allocations that asked, answers that handed memory
  * back and their bytes; requests this process answered by handing memory

@@ -335,8 +335,11 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
         /* What the pools hold but do not use is free for the program, and
          * so are the blocks this context keeps ready for reuse (engine/ready_store.c;
          * under `auto` a second context on the device means `sync`, which
-         * keeps none). */
-        uint64_t idle = cupool_device_reserved_unused(c->device) + cupool_deferred_ready_bytes(c);
+         * keeps none).  With CUPOOL_SHARE_INFO, so is what the other
+         * cupool processes on the device hold idle: an allocation that
+         * needs it gets it from them (share.c). */
+        uint64_t idle = cupool_device_reserved_unused(c->device) + cupool_deferred_ready_bytes(c) +
+                        cupool_share_peers_idle(c);
         *free = *free + idle > *total ? *total : *free + idle;
         call.device = c->device->ordinal;
     }
