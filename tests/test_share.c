@@ -13,6 +13,9 @@
  *   asker-off   B with CUPOOL_SHARE=0 fails (the control: without
  *               reclaim the allocation cannot succeed);
  *   holder-off  A with CUPOOL_SHARE=0 is never asked: B fails;
+ *   slow-holder A's driver takes 700 ms to release its memory
+ *               (SIMCUDA_TRIM_MS), longer than the 200 ms bound for taking
+ *               the request: B waits for A, which took it, and succeeds;
  *   stopped     A stopped (SIGSTOP) cannot answer: B fails within the
  *               bound, and A, continued, is unharmed;
  *   dead        A killed: its socket is left behind; B is not held by it,
@@ -571,6 +574,8 @@ int main(int argc, char **argv)
     failed += run_case("reclaim", verbose, verbose, A_ASKED, 1, "processes (0 not asked), 1 answered");
     failed += run_case("asker-off", none, off, A_ASKED, 0, NULL);
     failed += run_case("holder-off", off, none, A_ASKED, 0, NULL);
+    const char *const slow[] = {"SIMCUDA_TRIM_MS=700", NULL};
+    failed += run_case("slow-holder", slow, verbose, A_ASKED, 1, "processes (0 not asked), 1 answered");
     failed += run_case("stopped", none, none, A_STOPPED, 0, NULL);
     failed += run_case("dead", none, none, A_KILLED, 1, NULL);
     failed += strangers();

@@ -10,8 +10,12 @@
  * with CUDA_ERROR_OUT_OF_MEMORY, after cupool's own trim and retry, asks
  * every other process there, at once, to hand back what it holds idle on
  * the same device (named by its UUID: ordinals differ under
- * CUDA_VISIBLE_DEVICES), waits for their answers at most
- * CUPOOL_SHARE_WAIT_MS in all, and tries once more.
+ * CUDA_VISIBLE_DEVICES), waits for their answers, and tries once more.
+ * A process that takes the request says so at once (SHARE_WORKING), then
+ * answers when it has handed its memory back: handing back tens of
+ * gigabytes takes the driver longer than the bound for an answer.  The
+ * asker waits CUPOOL_SHARE_WAIT_MS for processes to take the request, and
+ * CUPOOL_SHARE_GIVE_WAIT_MS in all for those that took it.
  *
  * Who may ask whom: only processes of the same user.  The folder and each
  * socket in it must belong to the user and be closed to everyone else, or
@@ -20,7 +24,7 @@
  * the connection and is removed; one whose process is stopped or hung
  * accepts it into the kernel's backlog and never answers, and the wait
  * runs out; a full backlog refuses at once (non-blocking connect).  So no
- * peer can hold an allocation longer than the bound.
+ * peer can hold an allocation longer than the bounds.
  *
  * The answering side is a thread of cupool's, blocked in poll() on its
  * socket: no signal handler, no driver call outside that thread.  It hands
@@ -89,7 +93,7 @@ typedef struct {
     uint64_t size;     /* the allocation that failed */
 } share_request_t;
 
-enum { SHARE_GAVE, SHARE_NOT_HERE, SHARE_STOPPING };
+enum { SHARE_GAVE, SHARE_NOT_HERE, SHARE_STOPPING, SHARE_WORKING };
 
 typedef struct {
     char magic[8];
@@ -316,6 +320,13 @@ static void answer(int fd)
     } else {
         uint64_t start = cupool_now_ns();
         ordinal = ordinal_of(req.uuid);
+        if (ordinal >= 0) {
+            /* Taken: the asker now waits for the hand-back itself. */
+            share_reply_t working = reply;
+            working.status = SHARE_WORKING;
+            ssize_t sent = send(fd, &working, sizeof working, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)sent;
+        }
         int64_t released = ordinal >= 0 ? give_back(ordinal, 0) : -1;
         /* Managed memory lives on the device too, while it is there. */
         if (released >= 0) cupool_kept_release(0);
@@ -681,36 +692,55 @@ static int send_to_peers(const char *folder, const share_request_t *req, struct 
     return npeers;
 }
 
-/* Reads the peers' replies until the deadline (epoch of cupool_now_ns):
- * those that say SHARE_GAVE counted in *answered, their bytes summed in
- * *bytes.  Closes every connection; returns how many had not answered. */
-static int collect_replies(struct pollfd *peers, int npeers, const char *magic, uint64_t deadline, int *answered,
-                           uint64_t *bytes)
+/* Reads the peers' replies: those that say SHARE_GAVE counted in
+ * *answered, their bytes summed in *bytes.  Every peer is waited for until
+ * `deadline` (epoch of cupool_now_ns); one that has said SHARE_WORKING by
+ * then, until `working_deadline`.  Closes every connection; returns how
+ * many had not answered. */
+static int collect_replies(struct pollfd *peers, int npeers, const char *magic, uint64_t deadline,
+                           uint64_t working_deadline, int *answered, uint64_t *bytes)
 {
-    int waiting = npeers;
+    uint8_t taken[SHARE_MAX_PEERS] = {0};
+    int waiting = npeers, late = 0;
     *answered = 0;
     *bytes = 0;
     while (waiting > 0) {
         uint64_t now = cupool_now_ns();
-        if (now >= deadline) break;
-        int n = poll(peers, (nfds_t)npeers, (int)((deadline - now + 999999u) / 1000000u));
+        if (now >= deadline) {
+            /* Past the first bound, only the peers at work are waited for. */
+            for (int i = 0; i < npeers; i++)
+                if (peers[i].fd >= 0 && !taken[i]) {
+                    close(peers[i].fd);
+                    peers[i].fd = -1; /* poll() skips it */
+                    waiting--;
+                    late++;
+                }
+            if (!waiting || now >= working_deadline) break;
+        }
+        uint64_t until = now < deadline ? deadline : working_deadline;
+        int n = poll(peers, (nfds_t)npeers, (int)((until - now + 999999u) / 1000000u));
         if (n < 0 && errno != EINTR) break;
         for (int i = 0; n > 0 && i < npeers; i++) {
             if (peers[i].fd < 0 || !peers[i].revents) continue;
             share_reply_t reply;
-            if (recv(peers[i].fd, &reply, sizeof reply, MSG_DONTWAIT) == (ssize_t)sizeof reply &&
-                memcmp(reply.magic, magic, 8) == 0 && reply.status == SHARE_GAVE) {
+            int ok = recv(peers[i].fd, &reply, sizeof reply, MSG_DONTWAIT) == (ssize_t)sizeof reply &&
+                     memcmp(reply.magic, magic, 8) == 0;
+            if (ok && reply.status == SHARE_WORKING && !taken[i]) {
+                taken[i] = 1; /* the answer follows */
+                continue;
+            }
+            if (ok && reply.status == SHARE_GAVE) {
                 (*answered)++;
                 *bytes += reply.released;
             }
             close(peers[i].fd);
-            peers[i].fd = -1; /* poll() skips it */
+            peers[i].fd = -1;
             waiting--;
         }
     }
     for (int i = 0; i < npeers; i++)
         if (peers[i].fd >= 0) close(peers[i].fd);
-    return waiting;
+    return late + waiting;
 }
 
 /* A request of this magic for the device of c, and the folder to send it
@@ -734,12 +764,13 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size)
     if (make_request(c, SHARE_MAGIC, size, &req, folder, sizeof folder) != 0) return 0;
 
     pthread_mutex_lock(&ask_lock);
-    uint64_t start = cupool_now_ns(), deadline = start + (uint64_t)CUPOOL_SHARE_WAIT_MS * 1000000u;
+    uint64_t start = cupool_now_ns();
     struct pollfd peers[SHARE_MAX_PEERS];
     int left_out, answered;
     int npeers = send_to_peers(folder, &req, peers, &left_out);
     uint64_t released;
-    int late = collect_replies(peers, npeers, SHARE_MAGIC, deadline, &answered, &released);
+    int late = collect_replies(peers, npeers, SHARE_MAGIC, start + (uint64_t)CUPOOL_SHARE_WAIT_MS * 1000000u,
+                               start + (uint64_t)CUPOOL_SHARE_GIVE_WAIT_MS * 1000000u, &answered, &released);
     pthread_mutex_unlock(&ask_lock);
 
     atomic_fetch_add(&asked, 1);
@@ -773,8 +804,8 @@ uint64_t cupool_share_peers_idle(cupool_context_t *c)
             struct pollfd peers[SHARE_MAX_PEERS];
             int left_out, answered;
             int npeers = send_to_peers(folder, &req, peers, &left_out);
-            collect_replies(peers, npeers, SHARE_QUERY_MAGIC, now + (uint64_t)SHARE_QUERY_WAIT_MS * 1000000u, &answered,
-                            &idle);
+            uint64_t deadline = now + (uint64_t)SHARE_QUERY_WAIT_MS * 1000000u;
+            collect_replies(peers, npeers, SHARE_QUERY_MAGIC, deadline, deadline, &answered, &idle);
         }
         idle_of[d] = idle;
         asked_at[d] = cupool_now_ns();

@@ -21,8 +21,9 @@ void cupool_share_start(void);
 void cupool_share_stop(void);
 /* The device of c is out of memory for an allocation of `size` bytes
  * after cupool's own trim: asks the other cupool processes of this user
- * on that device to hand back what they hold idle, waiting for their
- * answers at most CUPOOL_SHARE_WAIT_MS in all.  Returns 1 when one of
+ * on that device to hand back what they hold idle, waiting at most
+ * CUPOOL_SHARE_WAIT_MS for each to take the request and
+ * CUPOOL_SHARE_GIVE_WAIT_MS in all for those that took it.  Returns 1 when one of
  * them handed memory back, or did not answer in time (and may have: the
  * allocation is worth trying again), 0 otherwise; never blocks on a process that is dead, stopped or hung. */
 int cupool_share_reclaim(cupool_context_t *c, size_t size);
@@ -45,7 +46,10 @@ typedef struct {
 } cupool_share_counts_t;
 void cupool_share_counts(cupool_share_counts_t *out);
 
-/* The longest an allocation waits for the other processes' answers. */
+/* The longest an allocation waits for the other processes to take its
+ * request, and for those that took it to hand their memory back (a trim of
+ * many gigabytes can outlast the first bound). */
 #define CUPOOL_SHARE_WAIT_MS 200
+#define CUPOOL_SHARE_GIVE_WAIT_MS 5000
 
 #endif

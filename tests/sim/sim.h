@@ -296,6 +296,7 @@ typedef struct {
     bool no_pools;
     bool no_ctx_record_event; /* cuCtxRecordEvent fails (CUDA_ERROR_NOT_SUPPORTED) */
     unsigned pool_call_us;    /* pool allocations and frees hold the lock this long */
+    unsigned trim_ms;         /* SIMCUDA_TRIM_MS: a cuMemPoolTrimTo that releases memory takes this long */
     sim_races_mode races;     /* SIMCUDA_RACES */
     void (*pool_call_hook)(void); /* called after each, unlocked (simcuda_set_pool_call_hook) */
     unsigned long long next_id;

@@ -395,10 +395,18 @@ SIM_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
     return CUDA_SUCCESS;
 }
 
+/* SIMCUDA_TRIM_MS: a trim that releases memory takes that long, as a
+ * GPU's driver takes time to unmap gigabytes (the memory is released at
+ * the end). */
 SIM_API CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 {
     SIM_BEGIN;
     SIM_CHECK(pool_check(pool));
+    if (sim.trim_ms && pool->reserved > keep) {
+        struct timespec t = {sim.trim_ms / 1000, (long)(sim.trim_ms % 1000) * 1000000};
+        while (nanosleep(&t, &t) != 0) {
+        }
+    }
     sim_pool_trim(pool, keep);
     return CUDA_SUCCESS;
 }
