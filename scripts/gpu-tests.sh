@@ -235,17 +235,18 @@ selected() {
 }
 list=$out/sanitizer/runs.txt
 : >"$list"
-# Test programs: the ELF executables make check built under tests/ (not the simulator).
+# Test programs: the ELF executables make check built under tests/ (not the
+# simulator, nor the helpers of tests/helpers/, which test scripts drive).
 # test_oom fills the device, which would starve the runs beside it.  Not
 # under the sanitizer: test_ctor initialises CUDA from a constructor, before
 # the sanitizer can attach (it then disables itself); test_rtld_next and
-# test_origin (the origin table by itself) make no CUDA call; test_deferred_cap,
-# test_sim_races and test_random_programs judge with the simulator's race
-# checker and skip themselves on the real driver before any CUDA call, for
-# which the sanitizer exits 255 ("terminated before first instrumented API
-# call") whatever the program's own exit status.
-for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '*/.libs/*' ! -name '*.sh' \
-    ! -name 'test_oom' ! -name 'test_ctor' ! -name 'test_rtld_next' ! -name 'test_origin' ! -name 'test_deferred_cap' \
+# test_origin (the origin table by itself) make no CUDA call;
+# test_deferred_wait_cap, test_sim_races and test_random_programs judge with
+# the simulator's race checker and skip themselves on the real driver before
+# any CUDA call, for which the sanitizer exits 255 ("terminated before first
+# instrumented API call") whatever the program's own exit status.
+for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '*/helpers/*' ! -path '*/.libs/*' ! -name '*.sh' \
+    ! -name 'test_oom' ! -name 'test_ctor' ! -name 'test_rtld_next' ! -name 'test_origin' ! -name 'test_deferred_wait_cap' \
     ! -name 'test_sim_races' ! -name 'test_random_programs' 2>/dev/null | sort); do
     head -c 4 "$prog" | grep -q 'ELF' || continue
     name=$(echo "${prog#"$build"/}" | tr '/' '_')

@@ -78,7 +78,7 @@ for kind in "$@"; do
     # and the tests of the commands (cupool-report and cupool-replay are C;
     # the launcher) and of the allocation benchmark (threads on one context).
     programs=$(make -s -C "$build" print-test-programs)
-    programs="$programs tests/log/test_report.sh tests/log/test_replay.sh tests/test_launcher.sh tests/test_alloc_bench.sh"
+    programs="$programs tests/log/test_report.sh tests/log/test_replay.sh tests/test_launcher.sh tests/bench/test_alloc_bench.sh"
     rm -f "$build"/tests/*.log "$build"/tests/*/*.log
     echo "== $kind: running $(echo "$programs" | wc -w) tests"
     # shellcheck disable=SC2086

@@ -140,64 +140,31 @@ static CUresult free_end(void)
     return r;
 }
 static CUresult free_async_bogus(void) { return cuMemFreeAsync((CUdeviceptr)0xdead0000ull, NULL); }
-static CUresult pitch_element_3(void)
+/* cuMemAllocPitch's bad arguments: one call each, with a NULL out-pointer
+ * or pitch where null_ptr or null_pitch says so. */
+static const struct pitch_case {
+    const char *name;
+    size_t width, height;
+    unsigned element;
+    int null_ptr, null_pitch;
+} pitch_cases[] = {
+    {"cuMemAllocPitch element size 3", 1000, 10, 3, 0, 0},
+    {"cuMemAllocPitch element size 0", 1000, 10, 0, 0, 0},
+    {"cuMemAllocPitch element size 32", 1000, 10, 32, 0, 0},
+    {"cuMemAllocPitch width 0", 0, 10, 4, 0, 0},
+    {"cuMemAllocPitch height 0", 1000, 0, 4, 0, 0},
+    {"cuMemAllocPitch NULL pitch", 1000, 10, 4, 0, 1},
+    {"cuMemAllocPitch NULL pointer", 1000, 10, 4, 1, 0},
+    {"cuMemAllocPitch 2^70 bytes", (size_t)1 << 40, (size_t)1 << 30, 4, 0, 0},
+};
+#define NPITCH (sizeof pitch_cases / sizeof pitch_cases[0])
+static CUresult pitch_call(const struct pitch_case *k)
 {
     CUdeviceptr p = 0;
     size_t pitch = 0;
-    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 10, 3);
-    if (r == CUDA_SUCCESS) cuMemFree(p);
-    return r;
-}
-static CUresult pitch_element_0(void)
-{
-    CUdeviceptr p = 0;
-    size_t pitch = 0;
-    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 10, 0);
-    if (r == CUDA_SUCCESS) cuMemFree(p);
-    return r;
-}
-static CUresult pitch_element_32(void)
-{
-    CUdeviceptr p = 0;
-    size_t pitch = 0;
-    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 10, 32);
-    if (r == CUDA_SUCCESS) cuMemFree(p);
-    return r;
-}
-static CUresult pitch_width_0(void)
-{
-    CUdeviceptr p = 0;
-    size_t pitch = 0;
-    CUresult r = cuMemAllocPitch(&p, &pitch, 0, 10, 4);
-    if (r == CUDA_SUCCESS) cuMemFree(p);
-    return r;
-}
-static CUresult pitch_height_0(void)
-{
-    CUdeviceptr p = 0;
-    size_t pitch = 0;
-    CUresult r = cuMemAllocPitch(&p, &pitch, 1000, 0, 4);
-    if (r == CUDA_SUCCESS) cuMemFree(p);
-    return r;
-}
-static CUresult pitch_null_pitch(void)
-{
-    CUdeviceptr p = 0;
-    CUresult r = cuMemAllocPitch(&p, NULL, 1000, 10, 4);
-    if (r == CUDA_SUCCESS) cuMemFree(p);
-    return r;
-}
-static CUresult pitch_null_ptr(void)
-{
-    size_t pitch;
-    return cuMemAllocPitch(NULL, &pitch, 1000, 10, 4);
-}
-static CUresult pitch_huge(void)
-{
-    CUdeviceptr p = 0;
-    size_t pitch = 0;
-    CUresult r = cuMemAllocPitch(&p, &pitch, (size_t)1 << 40, (size_t)1 << 30, 4);
-    if (r == CUDA_SUCCESS) cuMemFree(p);
+    CUresult r = cuMemAllocPitch(k->null_ptr ? NULL : &p, k->null_pitch ? NULL : &pitch, k->width, k->height,
+                                 k->element);
+    if (r == CUDA_SUCCESS && !k->null_ptr) cuMemFree(p);
     return r;
 }
 static CUresult info_null_free(void)
@@ -369,14 +336,6 @@ static const struct row {
     {"cuMemFree(p + 256)", free_interior, 1},
     {"cuMemFree(p + size)", free_end, 1},
     {"cuMemFreeAsync(bogus)", free_async_bogus, 1},
-    {"cuMemAllocPitch element size 3", pitch_element_3, 1},
-    {"cuMemAllocPitch element size 0", pitch_element_0, 1},
-    {"cuMemAllocPitch element size 32", pitch_element_32, 1},
-    {"cuMemAllocPitch width 0", pitch_width_0, 1},
-    {"cuMemAllocPitch height 0", pitch_height_0, 1},
-    {"cuMemAllocPitch NULL pitch", pitch_null_pitch, 1},
-    {"cuMemAllocPitch NULL pointer", pitch_null_ptr, 1},
-    {"cuMemAllocPitch 2^70 bytes", pitch_huge, 1},
     {"cuMemGetInfo(NULL, &total)", info_null_free, 1},
     {"cuMemGetInfo(&free, NULL)", info_null_total, 1},
     {"cuMemGetInfo(NULL, NULL)", info_null_both, 1},
@@ -401,6 +360,12 @@ static const struct row {
 };
 #define NROWS (sizeof rows / sizeof rows[0])
 
+/* Every case: the rows, then the cuMemAllocPitch cases (after cuInit). */
+#define NCASES (NROWS + NPITCH)
+static const char *case_name(size_t i) { return i < NROWS ? rows[i].name : pitch_cases[i - NROWS].name; }
+static int case_needs_init(size_t i) { return i < NROWS ? rows[i].needs_init : 1; }
+static CUresult case_call(size_t i) { return i < NROWS ? rows[i].call() : pitch_call(&pitch_cases[i - NROWS]); }
+
 /* A row whose call the real driver may answer by crashing the process is
  * left out there: nothing to compare.  Driver 580 dies of SIGSEGV in
  * cuGetProcAddress with a NULL name and with a NULL out-pointer, and in
@@ -412,21 +377,21 @@ static int crashes_real_driver(const struct row *r)
            r->call == memset_exec_set_no_exec;
 }
 
-/* Runs the table, printing "index result" per row. */
+/* Runs every case, printing "index result" for each. */
 static int table(void)
 {
     int inited = 0;
-    for (size_t i = 0; i < NROWS; i++) {
-        if (crashes_real_driver(&rows[i]) && check_real_driver()) {
+    for (size_t i = 0; i < NCASES; i++) {
+        if (i < NROWS && crashes_real_driver(&rows[i]) && check_real_driver()) {
             printf("%zu %d\n", i, -1);
             fflush(stdout); /* the rows before a crash must be seen, to name the one that crashed */
             continue;
         }
-        if (rows[i].needs_init && !inited) {
+        if (case_needs_init(i) && !inited) {
             primary = tl_init(0);
             inited = 1;
         }
-        printf("%zu %d\n", i, (int)rows[i].call());
+        printf("%zu %d\n", i, (int)case_call(i));
         fflush(stdout);
     }
     /* And the program still works. */
@@ -454,8 +419,8 @@ int main(int argc, char **argv)
         tl_child_dump("native", &native);
         CHECK_FAIL("the table failed natively");
     }
-    CUresult expected[NROWS];
-    CHECK_EQ(tl_parse_results(native.out, expected, NROWS), NROWS);
+    CUresult expected[NCASES];
+    CHECK_EQ(tl_parse_results(native.out, expected, NCASES), NCASES);
 
     static const char *const runs[][8] = {
         {"CUPOOL_FREE=auto", NULL},
@@ -478,12 +443,12 @@ int main(int argc, char **argv)
         }
         tl_child_t c;
         tl_run_self(args, runs[k], 0, 60, &c);
-        CUresult got[NROWS];
-        int n = tl_parse_results(c.out, got, NROWS);
-        int bad = c.status != 0 || n != (int)NROWS;
-        for (size_t i = 0; i < NROWS; i++) {
+        CUresult got[NCASES];
+        int n = tl_parse_results(c.out, got, NCASES);
+        int bad = c.status != 0 || n != (int)NCASES;
+        for (size_t i = 0; i < NCASES; i++) {
             if (got[i] == expected[i]) continue;
-            fprintf(stderr, "%s: %-48s native %s (%d), cupool %s (%d)\n", what, rows[i].name,
+            fprintf(stderr, "%s: %-48s native %s (%d), cupool %s (%d)\n", what, case_name(i),
                     check_result_name(expected[i]), (int)expected[i],
                     (int)got[i] == -1 ? "(no result)" : check_result_name(got[i]), (int)got[i]);
             bad = 1;

@@ -11,7 +11,7 @@
 # only; those that set a mode themselves run as they do.  `ordered` is left
 # out: it is correct only for programs without non-blocking streams or a
 # second context, and the checker reports just that elsewhere
-# (test_kernel_race, test_pools).  One or more program names as arguments
+# (test_kernel_race, test_device_view).  One or more program names as arguments
 # run only those.
 set -u
 srcdir=${CUPOOL_SRCDIR:-${CUPOOL_BUILDDIR:-$(pwd)}}

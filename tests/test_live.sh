@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# Live statistics: tests/live_alloc runs under cupool (CUPOOL_STATS=1)
-# while cupool top --once --json and cupool stat read its page: the values
+# Live statistics: tests/helpers/live_alloc runs under cupool
+# (CUPOOL_STATS=1) while cupool top --once --json and cupool stat read its page: the values
 # move between two reads, and once it has stopped allocating they match what
 # it did (device, pinned host and managed memory) and, at its exit, what
 # CUPOOL_STATS prints; the page is gone after
@@ -20,14 +20,14 @@ set -u
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
 lib=${CUPOOL_LIBRARY:-$builddir/.libs/libcupool.so}
 launcher=$builddir/scripts/cupool
-helper=$builddir/tests/live_alloc
+helper=$builddir/tests/helpers/live_alloc
 CUPOOL_TOP=$builddir/cupool-top
 export CUPOOL_TOP
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
 # The interpreter itself: a version manager's python3 shim can take seconds
 # a start, and the checks below start it often.
 python=$(python3 -c 'import sys; print(sys.executable)') || exit 99
-[ -x "$CUPOOL_TOP" ] && [ -x "$helper" ] || { echo "build cupool-top and tests/live_alloc first"; exit 99; }
+[ -x "$CUPOOL_TOP" ] && [ -x "$helper" ] || { echo "build cupool-top and tests/helpers/live_alloc first"; exit 99; }
 unset LD_PRELOAD CUPOOL_LIVE CUPOOL_STATS CUPOOL_LOG
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-test-live.XXXXXX") || exit 99
 chmod 700 "$tmp"

@@ -1,5 +1,6 @@
 #!/bin/sh
-# cupool-top beside hostile neighbours (issue 47), against tests/live_alloc
+# SPDX-License-Identifier: Apache-2.0
+# cupool-top beside hostile neighbours, against tests/helpers/live_alloc
 # running under cupool and pages written by hand:
 #   prom-labels   the Prometheus labels name the executable, not the command
 #                 line (an argument holding a secret is not published)
@@ -19,19 +20,19 @@
 #                 little, and 64 silent clients keep no scrape out;
 #   truncate      cupool-top survives a page cut short while it reads it;
 #   top-total     a process is counted once per device in the totals,
-#                 however many rows its page gives it (tests/make_page
+#                 however many rows its page gives it (tests/helpers/make_page
 #                 writes such pages by hand);
 # Every wait polls with a deadline.  Skipped (77) without python3.
 set -u
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
 lib=${CUPOOL_LIBRARY:-$builddir/.libs/libcupool.so}
 launcher=$builddir/scripts/cupool
-helper=$builddir/tests/live_alloc
+helper=$builddir/tests/helpers/live_alloc
 CUPOOL_TOP=$builddir/cupool-top
 export CUPOOL_TOP
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
 python=$(python3 -c 'import sys; print(sys.executable)') || exit 99
-[ -x "$CUPOOL_TOP" ] && [ -x "$helper" ] || { echo "build cupool-top and tests/live_alloc first"; exit 99; }
+[ -x "$CUPOOL_TOP" ] && [ -x "$helper" ] || { echo "build cupool-top and tests/helpers/live_alloc first"; exit 99; }
 unset LD_PRELOAD CUPOOL_LIVE CUPOOL_STATS CUPOOL_LOG
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-test-topnb.XXXXXX") || exit 99
 chmod 700 "$tmp"
@@ -249,8 +250,8 @@ else
 fi
 
 # ---- top-total: a process counted once per device ---------------------------------
-make_page=$builddir/tests/make_page
-[ -x "$make_page" ] || die "build tests/make_page first"
+make_page=$builddir/tests/helpers/make_page
+[ -x "$make_page" ] || die "build tests/helpers/make_page first"
 mkdir "$tmp/made"
 made() { "$make_page" "$tmp/made" "$@" || die "make_page failed"; }
 page=$(made $$ --dup-device)

@@ -2,14 +2,14 @@
 /*
  * How a free is carried out in each free mode (engine.h): `sync` hands the
  * block straight back to its pool, and so does `ordered` unless it keeps the
- * block for the context's next allocation of its size (see "ordered reuse"
- * below); `deferred` keeps it until
+ * block for the context's next allocation of its size (ordered_keep.c,
+ * "ordered reuse"); `deferred` keeps it until
  * events recorded on every stream that could still use it have completed,
  * polling them on later calls and never making the host wait (unless the
  * memory waiting grows past a cap); a free made while a stream capture is in
  * progress is held until the capture ends.  A `deferred` block whose events
  * have completed is kept ready for the context's next allocation of the same
- * size (see "ready blocks" below) before it goes back to its pool.  Blocks
+ * size (ready_store.c, "ready blocks") before it goes back to its pool.  Blocks
  * stay in the origin table until they are back in their pool, so a second
  * free of one is caught.  This file is the dispatch: which mode's path a
  * free takes.  `ordered`'s keep and reuse are ordered_keep.c, `deferred`'s

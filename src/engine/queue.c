@@ -15,7 +15,7 @@
  * in front cuts 16 threads to 16.6 us in the probe, whose threads take it
  * again straight after leaving it and so keep the driver's data in their
  * cache; around cupool's calls, with cupool's own work between them, it
- * gained 0-18% (docs/examples/threads-pair-probe.c).  Here one
+ * gained 0-18% (bench/probes/threads_pair.c).  Here one
  * thread makes every waiting thread's call in a row, which keeps the data
  * in one cache and serves every thread in turn.
  *

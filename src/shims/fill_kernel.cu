@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fill kernels cupool puts in place of graph memset nodes (graph.c).  The
- * library ships them as PTX text (src/fill_ptx.h, made from this file by
+ * library ships them as PTX text (src/shims/fill_ptx.h, made from this file by
  * `make fill-ptx`), so building cupool needs no nvcc; the driver JITs the PTX
  * once per context.  Names and parameters are an ABI (the simulated driver in
  * tests/sim emulates them by name and parameter layout): extern "C"

@@ -7,9 +7,9 @@
  * each device is probed once, at first need, with a memset node on a pool
  * block in a scratch graph; where the driver refuses it, memset nodes on
  * stream-ordered memory become kernel nodes running cupool's fill kernels
- * (src/fill_kernel.cu, shipped as PTX in src/fill_ptx.h, loaded once per
- * context).  `kernel` rewrites every memset node, `native` none; under both
- * `auto` and `kernel` a 0-byte memset node becomes an empty node.
+ * (src/shims/fill_kernel.cu, shipped as PTX in src/shims/fill_ptx.h, loaded
+ * once per context).  `kernel` rewrites every memset node, `native` none;
+ * under both `auto` and `kernel` a 0-byte memset node becomes an empty node.
  *
  * A rewritten node must still look like a memset to the program: one table
  * (uthash, one mutex) maps each rewritten CUgraphNode to the program's

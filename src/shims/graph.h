@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Launch shape of cupool's fill kernels (src/fill_kernel.cu), shared by the
- * memset rewrite (graph.c) and bench/memset_bench.c so that the benchmark
+ * Launch shape of cupool's fill kernels (src/shims/fill_kernel.cu), shared by
+ * the memset rewrite (graph.c) and bench/memset_bench.c so that the benchmark
  * measures exactly the kernel nodes cupool makes.  Blocks of 256 threads; a
  * 1-D fill spreads one row over up to one full wave of blocks (8 per SM),
  * whose grid-stride loops then stream it; a pitched fill of narrow rows gives

@@ -86,9 +86,9 @@
  * A control run of several cases with a setting that makes their
  * expectation wrong must fail, so that each of them can.  On the real
  * driver the comparisons run (without the counts), the cases and controls,
- * which need the simulator, do not.  The parts: host_managed_blocks.c (the
- * helpers), host_managed_native.c (the comparisons), host_managed_store.c
- * and host_managed_paths.c (the cases); this file runs them.
+ * which need the simulator, do not.  The parts, in this folder: blocks.c
+ * (the helpers), native.c (the comparisons), store.c and paths.c (the
+ * cases); this file runs them.
  */
 #define _GNU_SOURCE
 #include "host_managed.h"

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Edge cases found in review, each once a way for cupool to hand a block out
- * twice or lose track of a capture:
+ * Proves cupool follows a capture to its end, and a stream or context to
+ * its destruction, in the cases where losing track of one would make it
+ * hold every later free or hand a block out twice:
  * - cuCtxDestroy on a primary context, which the driver refuses: the
  *   context's live blocks must stay the program's (distinct addresses, both
  *   frees succeed);
@@ -44,7 +45,8 @@ static int primary_destroy(void)
     return 0;
 }
 
-/* Built per-thread below: stream 0 is the per-thread default stream. */
+/* Built per-thread (tests/helpers/per_thread_capture.c): stream 0 is the
+ * per-thread default stream. */
 int per_thread_capture(void);
 
 static int failed_end(void)

@@ -3,14 +3,14 @@
  * What the parts of test_host_managed share: the simulator's counts of the
  * driver's own pinned and managed allocations, the blocks the cases
  * allocate (by call, flags and size) and the helpers that allocate, free and
- * use them (host_managed_blocks.c); the two comparisons with a run without
- * cupool (host_managed_native.c); and the cases (host_managed_store.c,
- * host_managed_paths.c), whose table test_host_managed.c runs.
+ * use them (blocks.c); the two comparisons with a run without cupool
+ * (native.c); and the cases (store.c, paths.c), whose table
+ * test_host_managed.c runs.
  */
 #ifndef CUPOOL_TEST_HOST_MANAGED_H
 #define CUPOOL_TEST_HOST_MANAGED_H
 
-#include "testlib.h"
+#include "../testlib.h"
 
 #include <stddef.h>
 
@@ -70,7 +70,7 @@ void hm_give(const block_key_t *k, void *p);
  * write it, and the bytes read back are the last written. */
 void hm_use(void *p, size_t size, unsigned char value);
 
-/* host_managed_native.c: the children that print every answer about
+/* native.c: the children that print every answer about
  * blocks, and the bad-input table's results, and their comparisons with a
  * run without cupool under every setting (the number that differed). */
 int hm_queries(size_t key); /* the answers about query key number `key` */

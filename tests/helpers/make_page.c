@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Writes live statistics pages by hand for tests/test_top_neighbours.sh, so
  * that cupool-top can be shown pages no cupool would write but a neighbour
@@ -13,7 +14,7 @@
  *       it, over and over.
  */
 #define _GNU_SOURCE
-#include "../src/engine/live.h"
+#include "../../src/engine/live.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -247,6 +247,6 @@ int main(int argc, char **argv)
         tl_child_free(&native);
     }
     dlclose(h);
-    printf("test_paths: all paths pooled, resolver answers unchanged\n");
+    printf("test_interpose_paths: all paths pooled, resolver answers unchanged\n");
     return 0;
 }

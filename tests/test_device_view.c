@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Proves three things cupool does to keep a program's view of the device
+ * Proves four things cupool does to keep a program's view of the device
  * right: (1) on a device without memory pools (the simulator's
  * SIMCUDA_NO_POOLS=1) every allocation passes through to cuMemAlloc and
  * cupool says so once; (2) cuMemGetInfo counts what the pools hold but do not

@@ -11,7 +11,7 @@
  * leaves it behind.
  */
 #define _GNU_SOURCE
-#include "testlib.h"
+#include "../testlib.h"
 
 #include <stdio.h>
 #include <stdlib.h>

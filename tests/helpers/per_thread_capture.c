@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_edges' per-thread-default-stream case, compiled with
- * CUDA_API_PER_THREAD_DEFAULT_STREAM so stream 0 means the per-thread stream
+/* The per-thread-default-stream case of tests/test_capture_and_destroy.c,
+ * in a file of its own because it is compiled with
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM: stream 0 means the per-thread stream
  * and the capture calls are the _ptsz entry points. */
 #define CUDA_API_PER_THREAD_DEFAULT_STREAM 1
-#include "testlib.h"
+#include "../testlib.h"
 
 int per_thread_capture(void);
 int per_thread_capture(void)

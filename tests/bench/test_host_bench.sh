@@ -11,7 +11,7 @@
 # each mode, finds the checksums equal and the kept blocks in the statistics.
 set -u
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
-srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 launcher=$builddir/scripts/cupool
 bench=$builddir/bench/host_bench
 lib=${CUPOOL_LIBRARY:-$builddir/.libs/libcupool.so}

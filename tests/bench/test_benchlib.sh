@@ -16,7 +16,7 @@
 # statistics round counting for memory only), a whole run of the driver with
 # a fake worker and a fake launcher, and its section of the report.
 set -u
-srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 [ -f "$srcdir/bench/benchlib.py" ] || { echo "test_benchlib: $srcdir/bench/benchlib.py missing" >&2; exit 99; }
 command -v python3 >/dev/null 2>&1 || { echo "test_benchlib: no python3" >&2; exit 77; }
 exec python3 - "$srcdir/bench" <<'PY'
