@@ -20,9 +20,11 @@
 #define CUPOOL_EXPORT __attribute__((visibility("default")))
 #define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* The functions of the fast paths (shims/memory.c): placed together (.text.hot),
- * so that the few instruction lines an allocation and a free run stay
- * apart from the rest, which the driver's own code evicts between calls. */
+/* The functions of the fast paths (engine/alloc.c, engine/free_modes.c,
+ * and the shims of shims/memory.c that call them): placed together
+ * (.text.hot), so that the few instruction lines an allocation and a free
+ * run stay apart from the rest, which the driver's own code evicts between
+ * calls. */
 #define CUPOOL_HOT_PATH __attribute__((hot))
 /* Fields kept under a lock but also read without it, as a hint the reader
  * confirms under the lock (an empty store, no deferred block waiting):

@@ -48,8 +48,8 @@ CUresult cupool_free_sync(const cupool_origin_t *o)
 }
 
 /* An `ordered` free the store did not keep: back to the pool at once, as
- * `ordered` frees what it does not keep (cupool_free_block, engine.h, with
- * the block no longer kept: the mode may have moved on meanwhile). */
+ * `ordered` frees what it does not keep (cupool_free_block, with the block
+ * no longer kept: the mode may have moved on meanwhile). */
 static CUresult free_not_kept(cupool_context_t *c, const cupool_origin_t *o)
 {
     cupool_origin_t gone;
@@ -59,12 +59,57 @@ static CUresult free_not_kept(cupool_context_t *c, const cupool_origin_t *o)
     return CUPOOL_LIKELY(r == CUDA_SUCCESS) ? r : cupool_free_failed(o, r);
 }
 
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int kept)
+/* A block cupool keeps for a while: `ordered`'s store, else `deferred`'s
+ * fences (held until its end while a capture is in progress). */
+static CUresult free_kept(cupool_context_t *c, const cupool_origin_t *o)
 {
-    if (!kept) return cupool_free_sync(o);
     int capturing = cupool_capturing();
     /* The mode may have moved on since the block was kept: then deferred. */
     if (!capturing && atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED)
         return cupool_ordered_keep(c, o) ? CUDA_SUCCESS : free_not_kept(c, o);
     return cupool_defer(c, o, capturing);
+}
+
+/* The free's mode dispatch: inline in the fast path, out of line for the
+ * shims (cupool_free_block). */
+static inline CUresult free_block(cupool_context_t *c, const cupool_origin_t *o, enum cupool_free_how how)
+{
+    if (how == CUPOOL_FREE_KEPT) return free_kept(c, o);
+    if (atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED) return cupool_free_sync(o);
+    /* On the legacy stream: ordered after the legacy, blocking and
+     * per-thread streams' uses in stream order too, not only in time. */
+    CUresult r = cupool_ordered_free(c, o->ptr);
+    return CUPOOL_LIKELY(r == CUDA_SUCCESS) ? r : cupool_free_failed(o, r);
+}
+
+CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, enum cupool_free_how how)
+{
+    return free_block(c, o, how);
+}
+
+/* ---- the fast path (see alloc.c, "the fast paths") ------------------------- */
+
+/* What the fast free does with a block (arg: the calling thread's context
+ * state): nothing unless the block's context is that one and the fast
+ * paths serve it now; in `ordered` it keeps the block for reuse unless
+ * CUPOOL_ORDERED_READY says no; otherwise it frees it at once. */
+static CUPOOL_HOT_PATH enum cupool_origin_action fast_free_action(const cupool_origin_t *o, const void *current)
+{
+    int mode;
+    if (o->owner != current || o->exported || !(mode = cupool_fast_mode(o->owner))) return CUPOOL_ORIGIN_LEAVE;
+    return mode == CUPOOL_FREE_ORDERED && cupool_ordered_keeps(o->size) ? CUPOOL_ORIGIN_KEEP : CUPOOL_ORIGIN_REMOVE;
+}
+
+/* Serves cuMemFree of a block fast_free_action() takes; 1 when served. */
+CUPOOL_HOT_PATH int cupool_free_fast(CUdeviceptr dptr, CUresult *result)
+{
+    if (!atomic_load_explicit(&cupool_hot.fast, memory_order_acquire) || !dptr) return 0;
+    cupool_context_t *c = cupool_cached_context();
+    cupool_origin_t o;
+    enum cupool_origin_action action = c ? cupool_origin_take(dptr, &o, fast_free_action, c) : CUPOOL_ORIGIN_LEAVE;
+    if (action == CUPOOL_ORIGIN_LEAVE) return 0;
+    *result = free_block(c, &o, action == CUPOOL_ORIGIN_KEEP ? CUPOOL_FREE_KEPT : CUPOOL_FREE_NOW);
+    if (CUPOOL_LIKELY(*result == CUDA_SUCCESS)) cupool_stats_fast_free(o.size);
+    else cupool_stats_count(CUPOOL_SYM_cuMemFree_v2);
+    return 1;
 }

@@ -43,6 +43,7 @@
  * parked blocks of that context before its state goes.
  */
 #define _GNU_SOURCE
+#include "state.h"
 #include "ipc.h"
 
 #include <dirent.h>

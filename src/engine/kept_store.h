@@ -17,7 +17,7 @@
 #ifndef CUPOOL_KEPT_STORE_H
 #define CUPOOL_KEPT_STORE_H
 
-#include "state.h"
+#include "origin.h"
 
 /* The kinds of memory the store keeps; the call that made a block is part
  * of its kind, so that a block only ever serves the call that made it. */

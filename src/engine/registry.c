@@ -126,8 +126,9 @@ static cupool_device_t *device_get(int ordinal)
     return dev;
 }
 
-CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size)
+CUmemoryPool cupool_pick_pool(cupool_context_t *c, size_t size)
 {
+    const cupool_device_t *dev = c->device;
     if (!dev->pooled) return NULL;
     if (size < cupool_option_started(CUPOOL_OPT_MIN_SIZE) || size > cupool_option_started(CUPOOL_OPT_MAX_SIZE))
         return NULL;
@@ -392,6 +393,65 @@ cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
     return c;
 }
 
+/* ---- what the shims read of a context (engine.h) ---------------------------- */
+
+CUcontext cupool_context_handle(const cupool_context_t *c)
+{
+    return c->ctx;
+}
+
+int cupool_context_ordinal(const cupool_context_t *c)
+{
+    return c->ordinal;
+}
+
+int cupool_context_pooled(const cupool_context_t *c)
+{
+    return c->device->pooled;
+}
+
+int cupool_context_exportable(const cupool_context_t *c)
+{
+    return c->device->exportable;
+}
+
+int cupool_context_mode(const cupool_context_t *c)
+{
+    return atomic_load_explicit(&c->mode, memory_order_relaxed);
+}
+
+void cupool_context_set_primary(cupool_context_t *c)
+{
+    c->primary = 1;
+}
+
+void cupool_context_used(cupool_context_t *c, int64_t delta)
+{
+    cupool_device_used(c->device, delta);
+}
+
+uint64_t cupool_context_reserved_recent(cupool_context_t *c, uint64_t now_ns)
+{
+    return cupool_device_reserved_recent(c->device, now_ns);
+}
+
+uint64_t cupool_context_ready_bytes(const cupool_context_t *c)
+{
+    return cupool_deferred_ready_bytes(c);
+}
+
+uint64_t cupool_context_waiting_bytes(const cupool_context_t *c)
+{
+    return cupool_deferred_waiting_bytes(c);
+}
+
+uint64_t cupool_context_idle_bytes(cupool_context_t *c)
+{
+    return cupool_device_reserved_unused(c->device) + cupool_deferred_ready_bytes(c);
+}
+
+/* ---- out of memory ------------------------------------------------------------ */
+
 void cupool_trim_device(cupool_context_t *c)
 {
     cupool_device_t *dev = c->device;
@@ -410,6 +470,14 @@ void cupool_trim_device(cupool_context_t *c)
     for (int i = 0; i < dev->npools; i++) real_cuMemPoolTrimTo(dev->pools[i], 0);
     cupool_relaxed_end(previous);
     atomic_fetch_add(&cupool_stats_for(dev->ordinal)->trims, 1);
+}
+
+void cupool_trim_for_retry(cupool_context_t *c)
+{
+    atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
+    cupool_trim_device(c);
+    /* Kept managed blocks may hold device memory too. */
+    cupool_kept_release(0);
 }
 
 int cupool_pools_in_use(void)

@@ -38,6 +38,7 @@
  * bound for two looks in a row, hands the excess back the same way.
  */
 #define _GNU_SOURCE
+#include "state.h"
 #include "share.h"
 #include "kept_store.h"
 

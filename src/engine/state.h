@@ -8,13 +8,14 @@
  * files call of each other.  registry.c keeps the free mode correct as the
  * program creates streams and contexts and enables peer access; the free
  * files (free_modes.c, ordered_keep.c, deferred_fence.c, ready_store.c) carry
- * frees out.  The shims see it through engine.h.
+ * frees out.  The shims see none of it: their face is engine.h, where a
+ * context's state is opaque (tests/test_layers.sh checks that no shim or
+ * tool reaches this header).
  */
 #ifndef CUPOOL_ENGINE_STATE_H
 #define CUPOOL_ENGINE_STATE_H
 
-#include "../base/base.h"
-#include "origin.h"
+#include "engine.h"
 
 #include <pthread.h>
 
@@ -64,7 +65,7 @@ typedef struct {
  * the driver's own calls between two of cupool's evict what is spread out
  * (the pool and device number are here so that the fast paths need not
  * read the device's line or the options'). */
-typedef struct cupool_context {
+struct cupool_context {
     CUcontext ctx;
     deferred_block_t *ready_oldest;          /* the store's oldest block (ready_store.c, c->lock; read without it
                                                 by an `ordered` allocation, to find the store empty: fields
@@ -109,24 +110,28 @@ typedef struct cupool_context {
     cupool_device_t *device;                 /* out of the first lines: the fast paths do not read it */
     struct cupool_context *next;             /* registry chain */
     cupool_queue_t queue;
-} __attribute__((aligned(64))) cupool_context_t;
+} __attribute__((aligned(64)));
 
-/* Asks the registry for the state of ctx and fills the thread's cache. */
-cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation);
-/* The thread's cached state of its current context (*ctx, as of
- * *generation), or NULL when the cache misses or holds none; *ctx is NULL
- * when no context is current. */
-static inline cupool_context_t *cupool_context_from_cache(CUcontext *ctx, unsigned *generation)
+/* The same for the fast paths (alloc.c, free_modes.c), from the thread's
+ * cache alone: NULL when it misses, and the general path then looks the
+ * context up.  What they serve is counted in the thread's line
+ * (cupool_stats_fast_*), for the device of the context cached. */
+static inline cupool_context_t *cupool_cached_context(void)
 {
-    if (cupool_hot.ctx_get_current(ctx) != CUDA_SUCCESS) *ctx = NULL;
-    if (!*ctx) return NULL;
-    *generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
-    if (CUPOOL_LIKELY(cupool_thread.context_handle == *ctx && cupool_thread.context_generation == *generation))
-        return cupool_thread.context;
-    return NULL;
+    CUcontext ctx = NULL;
+    unsigned generation;
+    return cupool_context_from_cache(&ctx, &generation);
 }
-/* The state of a given context, created on first use (must be current). */
-cupool_context_t *cupool_context_of(CUcontext ctx);
+/* The free mode the fast paths serve a context in now, or 0: `ordered` or
+ * `sync`, with no capture in progress (which needs the general paths). */
+static inline int cupool_fast_mode(const cupool_context_t *c)
+{
+    _Static_assert(CUPOOL_FREE_ORDERED == 1 && CUPOOL_FREE_DEFERRED == 2 && CUPOOL_FREE_SYNC == 3,
+                   "ordered and sync are the odd modes: one test, where two cost a pair 3 instructions");
+    int mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    if (!(mode & 1) || cupool_capturing()) return 0;
+    return mode;
+}
 
 /* Adds delta to the bytes a device's pools serve.  The count is shared by
  * every thread, so it is kept only where something reads it: CUPOOL_LIMIT,
@@ -182,19 +187,28 @@ static inline int cupool_ordered_keeps(size_t size)
  * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
  * meanwhile. */
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* Pool serving a request of this size, or NULL when it must go native. */
-CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
+/* An `ordered` allocation: a block the context freed earlier, else one
+ * from the pool on the legacy stream; CUPOOL_CAPTURE_IN_PROGRESS when a
+ * capture keeps it off the legacy stream. */
+static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
+{
+    /* An empty store costs one look at the context's first line, no call. */
+    if (CUPOOL_HINT_READ(c->ready_oldest)) {
+        CUresult r = cupool_ordered_reuse(c, size, dptr);
+        if (r != CUDA_ERROR_NOT_FOUND) return r;
+    }
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
+    return cupool_legacy_pool_call(pool, dptr, size);
+}
+/* An `ordered` free on the legacy stream, through the driver queue when
+ * the context wants it. */
+static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
+{
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
+    return cupool_legacy_pool_call(NULL, &ptr, 0);
+}
 
-/* Free paths (free_modes.c; shims/memory.c calls these with the block's context current). */
-/* Whether cupool keeps this block when the program frees it now: a
- * `deferred` free, a free during a capture, or an `ordered` free kept for
- * reuse (the block stays in the origin table, marked freed, until it goes
- * back to its pool). */
-int cupool_free_keeps_block(const cupool_origin_t *o);
-/* Frees a block the program freed, as cupool_free_keeps_block decided.
- * Inline for `ordered`, the common case; the other modes and a failed free
- * (the block then stays the program's) are out of line. */
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int kept);
+/* Free paths (free_modes.c, with the block's context current). */
 /* A free the driver refused: warns, and the block stays the program's; or
  * (r CUPOOL_CAPTURE_IN_PROGRESS) held until the capture has ended. */
 CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
@@ -206,13 +220,14 @@ CUresult cupool_free_sync(const cupool_origin_t *o);
 void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
+/* An allocation on cupool's private stream, complete before it returns
+ * (alloc.c): every allocation but `ordered`'s. */
+CUresult cupool_alloc_private(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size);
 /* What else must go with a context (the kept store, kept_store.c): called
  * at its teardown, the context current and synchronized (alive 1), or once
  * it is already gone with its memory and events (alive 0). */
 typedef void cupool_teardown_fn(cupool_context_t *c, int alive);
 void cupool_context_on_teardown(cupool_teardown_fn *fn);
-/* Whether any device's allocations are served from pools. */
-int cupool_pools_in_use(void);
 /* Calls fn for every context cupool knows, in turn, none torn down
  * meanwhile; stops at the first that returns nonzero and returns that. */
 int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg);
@@ -276,38 +291,11 @@ static inline int cupool_reclaim_due(const cupool_context_t *c)
 {
     return CUPOOL_HINT_READ(c->sync_due) || cupool_deferred_waiting(c);
 }
-/* Contexts (registry.c, for shims/context.c): a context cuCtxDestroy is about
- * to destroy (unless it is a primary one, or not valid); a device's primary
- * context about to be reset; about to be released (its ready blocks go
- * back first, on its own stream); released, and gone if the driver says it
- * is no longer active; peer access granted to, or taken from, the calling
- * thread's device on peer's device. */
-void cupool_context_destroying(CUcontext ctx);
-void cupool_primary_resetting(int ordinal);
-void cupool_primary_releasing(int ordinal);
-void cupool_primary_released(int ordinal);
-void cupool_peer_access(CUcontext peer, int enable);
-/* Streams (registry.c, for shims/stream.c): a new stream of the calling thread's
- * context, and a stream about to be destroyed. */
-void cupool_track_stream(CUstream stream, unsigned flags);
-void cupool_forget_stream(CUstream stream);
-/* ---- capture.c: the captures in progress ---------------------------------- */
+/* ---- capture.c: the captures in progress (the shims' part: engine.h) ----- */
 /* What to call when the count of captures in progress drops to zero
  * (registered at start-up). */
 typedef void cupool_captures_ended_fn(void);
 void cupool_capture_on_end(cupool_captures_ended_fn *fn);
-/* A context the driver destroyed: the captures begun in it are over. */
-void cupool_captures_context_gone(CUcontext ctx);
-/* A capture beginning (the capture shims): counted from before it begins,
- * inside the capture gate (enter), then listed by the stream it began on,
- * or uncounted if it did not begin (done, which leaves the gate). */
-void cupool_capture_begin_enter(void);
-CUresult cupool_capture_begin_done(CUstream stream, CUresult r);
-/* Takes off the list the captures begun on stream (any context), or in ctx
- * (any stream), and uncounts them; returns how many there were. */
-int cupool_capture_take(CUstream stream, CUcontext ctx);
-/* A capture that ended without being on the list: uncounts it. */
-void cupool_capture_uncounted(void);
 
 /* Held while a capture begins and while deferred_fence.c records a fence,
  * which would invalidate a capture begun under it (capture.c). */

@@ -47,7 +47,7 @@ CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         /* Registering needs the context current: borrow it for a moment. */
         int pushed = cupool_enter_context(*pctx);
         cupool_context_t *c = cupool_context_of(*pctx);
-        if (c) c->primary = 1;
+        if (c) cupool_context_set_primary(c);
         cupool_leave_context(pushed);
     }
     return cupool_call_end(&call, r);
