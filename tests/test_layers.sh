@@ -4,7 +4,9 @@
 # then shims, then tools, each including only its own layer and those below
 # it; and the engine's private headers (its state, engine/state.h) are
 # reached from no shim and no tool, whose face of the engine is
-# engine/engine.h.  Every #include "..." is followed, transitively, from
+# engine/engine.h; the free store's own header (engine/free/free_store.h)
+# is included from engine/free/ alone, the rest of the engine including
+# engine/free/free.h.  Every #include "..." is followed, transitively, from
 # where the including file lies (an include that names no file under src/,
 # as config.h, cupool.h or uthash.h, is not cupool's layering).  On failure
 # it prints each include that points up a layer and, for each shim or tool
@@ -17,6 +19,8 @@ srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 
 # The engine's private headers, relative to src/.
 PRIVATE="engine/state.h"
+# Headers of one folder alone: HEADER=FOLDER/.
+FOLDER_ONLY="engine/free/free_store.h=engine/free/"
 
 # check DIR: the layering of DIR (a src/ tree); prints what breaks it and
 # returns 1 then.
@@ -30,7 +34,7 @@ check() {
                 # A file with no include is still a node.
                 printf '%s\t\n' "$f"
             done
-    ) | awk -F '\t' -v private="$PRIVATE" '
+    ) | awk -F '\t' -v private="$PRIVATE" -v folder_only="$FOLDER_ONLY" '
         function layer(path,   top) {
             top = path; sub(/\/.*/, "", top)
             if (top == "base") return 0
@@ -61,6 +65,7 @@ check() {
         }
         END {
             bad = 0
+            nfolder = split(folder_only, rules, " ")
             for (e = 1; e <= nedges; e++) {
                 to = resolve(edge_dir[e], edge_inc[e])
                 if (!(to in known)) continue  # not a file of src/: config.h, cupool.h, uthash.h
@@ -69,6 +74,13 @@ check() {
                 if (layer(to) > layer(from)) {
                     printf "test_layers: %s includes %s, a layer above it (base < engine < shims < tools)\n", from, to
                     bad = 1
+                }
+                for (r = 1; r <= nfolder; r++) {
+                    split(rules[r], rule, "=")
+                    if (to == rule[1] && index(from, rule[2]) != 1) {
+                        printf "test_layers: %s includes %s, which is %s'"'"'s own\n", from, to, rule[2]
+                        bad = 1
+                    }
                 }
             }
             nprivate = split(private, priv, " ")
@@ -99,11 +111,14 @@ check() {
 }
 
 # The checker on a tree with one violation of each kind: an include up a
-# layer, and a shim that reaches the private state through another header.
+# layer, a folder's own header included from outside it, and a shim that
+# reaches the private state through another header.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-layers.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
-mkdir -p "$tmp/base" "$tmp/engine" "$tmp/shims" "$tmp/tools"
+mkdir -p "$tmp/base" "$tmp/engine/free" "$tmp/shims" "$tmp/tools"
 printf '#include "../engine/engine.h"\n' >"$tmp/base/base.h"
+printf '\n' >"$tmp/engine/free/free_store.h"
+printf '#include "free/free_store.h"\n' >"$tmp/engine/queue.c"
 printf '#include "relay.h"\n' >"$tmp/engine/engine.h"
 printf '#include "state.h"\n' >"$tmp/engine/relay.h"
 printf '\n' >"$tmp/engine/state.h"
@@ -111,7 +126,7 @@ printf '#include "../engine/engine.h"\n#include "config.h"\n' >"$tmp/shims/memor
 printf '\n' >"$tmp/tools/top.c"
 out=$(check "$tmp")
 case $out in
-*"base/base.h includes engine/engine.h"*"shims/memory.c reaches"*"shims/memory.c -> engine/engine.h -> engine/relay.h -> engine/state.h"*) ;;
+*"base/base.h includes engine/engine.h"*"engine/queue.c includes engine/free/free_store.h"*"shims/memory.c reaches"*"shims/memory.c -> engine/engine.h -> engine/relay.h -> engine/state.h"*) ;;
 *)
     echo "test_layers: the checker missed a violation planted for it; it found:" >&2
     echo "$out" >&2
@@ -120,4 +135,4 @@ case $out in
 esac
 
 check "$srcdir/src" || exit 1
-echo "test_layers: base < engine < shims < tools hold, and no shim or tool reaches $PRIVATE"
+echo "test_layers: base < engine < shims < tools hold, no shim or tool reaches $PRIVATE, and $FOLDER_ONLY holds"

@@ -20,7 +20,7 @@
 #define CUPOOL_EXPORT __attribute__((visibility("default")))
 #define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* The functions of the fast paths (engine/alloc.c, engine/free_modes.c,
+/* The functions of the fast paths (engine/alloc.c, engine/free/free_modes.c,
  * and the shims of shims/memory.c that call them): placed together
  * (.text.hot), so that the few instruction lines an allocation and a free
  * run stay apart from the rest, which the driver's own code evicts between

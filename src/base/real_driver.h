@@ -97,7 +97,7 @@ typedef struct cupool_hot {
     atomic_int started;       /* the program's cuInit succeeded: pools may be used */
     int timing;               /* the log or statistics need timestamps */
     int count_used;           /* something reads the devices' `used` counts (engine) */
-    atomic_int fast;          /* the fast paths (engine/alloc.c, free_modes.c) may run: started, no log,
+    atomic_int fast;          /* the fast paths (engine/alloc.c, engine/free/free_modes.c) may run: started, no log,
                                  statistics or limit, CUPOOL_FREE not deferred, and no context has moved
                                  to `deferred` */
     atomic_int captures;      /* stream captures in progress, any thread (engine/capture.c) */
@@ -125,7 +125,7 @@ typedef struct cupool_thread {
     short in_front;                       /* it is making calls in front of a driver queue (engine/queue.c) */
     _Atomic short fast_device;            /* the device the fast paths' counts below are of (stats.c) */
     struct cupool_origin_entry *last_inserted, *last_retired; /* the origin table's hints (engine/origin.c) */
-    /* What the fast paths (engine/alloc.c, free_modes.c) served in the cached context, on
+    /* What the fast paths (engine/alloc.c, engine/free/free_modes.c) served in the cached context, on
      * fast_device: counted here, in the line they read anyway, and moved
      * into the thread's statistics set when the cache is refilled.  Only
      * this thread writes them; cupool_get_stats reads them from others. */

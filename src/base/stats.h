@@ -41,7 +41,7 @@ void cupool_stats_call(int sym, uint64_t served_ns);
 cupool_device_stats_t *cupool_stats_for(int device);
 void cupool_stats_alloc(int device, int route, size_t size);
 /* A pooled cuMemAlloc or cuMemFree served by a fast path (engine/alloc.c
- * and free_modes.c; never while CUPOOL_STATS or CUPOOL_LOG is on), in the
+ * and engine/free/free_modes.c; never while CUPOOL_STATS or CUPOOL_LOG is on), in the
  * thread's cached context.
  * The fast paths run only where the thread's context cache holds, which
  * cupool_stats_thread() allowed: their counts are then read with the

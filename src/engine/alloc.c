@@ -5,9 +5,9 @@
  * are done, `ordered` a block it kept or the pool on the legacy stream,
  * the rest the pool on cupool's own stream) and the fast path of cuMemAlloc
  * (cupool_alloc_fast), which the allocation shims (shims/memory.c) ask
- * first.  The free's counterparts are free_modes.c.
+ * first.  The free's counterparts are free/free_modes.c.
  */
-#include "state.h"
+#include "free/free.h"
 
 /* cupool's private stream, complete before this returns: the block is
  * ready for every stream.  Out of line, so that the ordered path saves no
@@ -58,7 +58,7 @@ CUresult cupool_alloc_block(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr 
  * What nearly every allocation and free of a program under cupool's default
  * settings needs: one pool for every size, the context `ordered` (or
  * `sync`), no capture in progress, no log, statistics or limit
- * (cupool_hot.fast).  It is served here (and in free_modes.c,
+ * (cupool_hot.fast).  It is served here (and in free/free_modes.c,
  * cupool_free_fast) with the pool calls (in `ordered` the store of freed
  * blocks first) and the origin table, reading the hot line, the thread's
  * line (its context cache, where it also counts what it serves), the

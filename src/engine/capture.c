@@ -14,7 +14,7 @@
 
 /* ---- captures (counted in cupool_hot.captures) ---------------------------- */
 
-/* A fence of deferred_fence.c (cuCtxRecordEvent, or events on the legacy stream)
+/* A fence of free/deferred_fence.c (cuCtxRecordEvent, or events on the legacy stream)
  * recorded while a capture is in progress would invalidate it: the driver
  * fails the capture, and the program's graph is lost.  The recorder checks
  * the count under this lock, and a capture begins and is counted under it,

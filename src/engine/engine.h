@@ -6,13 +6,13 @@
  * state.h, which no shim reaches (tests/test_layers.sh checks).  The engine
  * keeps the origin table (origin.h), the devices, pools and contexts with
  * their free modes (registry.c), an allocation's path (alloc.c), the free
- * modes and their stores (free_modes.c, ordered_keep.c, deferred_fence.c,
- * ready_store.c), the stream captures in progress (capture.c) and the
- * driver queue (queue.c).  An allocation reads top-down: a shim asks cupool_alloc_fast(),
- * else cupool_current_context(), cupool_pick_pool() and cupool_alloc_block();
+ * modes and their stores (free/, its header free/free.h), the stream
+ * captures in progress (capture.c) and the driver queue (queue.c).  An
+ * allocation reads top-down: a shim asks cupool_alloc_fast(), else
+ * cupool_current_context(), cupool_pick_pool() and cupool_alloc_block();
  * a free asks cupool_free_fast(), else the origin table
  * (cupool_origin_claim, cupool_free_keeps_block) and cupool_free_block(),
- * which goes down to the store of its mode (free_modes.c).
+ * which goes down to the store of its mode (free/free_modes.c).
  */
 #ifndef CUPOOL_ENGINE_H
 #define CUPOOL_ENGINE_H
@@ -121,7 +121,7 @@ enum cupool_free_how {
     CUPOOL_FREE_NOW = 0,  /* back to its pool now, in the context's mode */
     CUPOOL_FREE_KEPT = 1, /* kept for a while, marked freed in the origin table */
 };
-/* The fast path of cuMemFree (free_modes.c), the counterpart of
+/* The fast path of cuMemFree (free/free_modes.c), the counterpart of
  * cupool_alloc_fast: 1 when served, *result then holds the driver's answer
  * (a refused free leaves the block the program's). */
 int cupool_free_fast(CUdeviceptr dptr, CUresult *result);

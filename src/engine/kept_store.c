@@ -7,10 +7,16 @@
  * never after, so that a context's teardown (which takes it) cannot be
  * interleaved with a free that records fences in that context.
  */
-#include "engine.h"
-#include "free_store.h"
+#include "free/free.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* A block the store cannot index (no host memory for uthash's buckets)
+ * goes to the driver's free instead: never uthash's exit(). */
+#define HASH_NONFATAL_OOM 1
+#define HASH_FUNCTION CUPOOL_WORD_HASH
+#include <uthash.h>
 
 /* A free records a fence in every context cupool knows: past this many,
  * the block goes back to the driver instead (whose free waits for the

@@ -131,7 +131,7 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
 }
 
 /* An `ordered` free made out of line, for a block the store did not keep
- * (free_modes.c): what cupool_ordered_free (state.h) makes inline. */
+ * (free/free_modes.c): what cupool_ordered_free (free/free.h) makes inline. */
 CUresult cupool_queue_free(cupool_context_t *c, CUdeviceptr ptr)
 {
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);

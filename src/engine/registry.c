@@ -11,10 +11,10 @@
  * context on the device or peer access (to `sync`).  The context and peer
  * access shims (shims/context.c) and the stream shims (shims/stream.c)
  * watch for exactly those things and tell the registry here; the free files
- * (free_modes.c and the files it dispatches to) carry the frees out.  Here
+ * (free/free_modes.c and the files it dispatches to) carry the frees out.  Here
  * too: the engine's start-up, and the teardown of a context's state.
  */
-#include "state.h"
+#include "free/free.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -235,12 +235,12 @@ static void promote(cupool_context_t *c, int mode)
      * it then waits for the capture to end (cupool_reclaim). */
     if (old == CUPOOL_FREE_ORDERED) {
         if (atomic_load(&cupool_hot.captures) > 0) CUPOOL_HINT_WRITE(c->sync_due, 1);
-        else cupool_synchronize_switch(c);
+        else cupool_ordered_leave(c);
     }
     atomic_store(&c->mode, mode);
     /* `sync` keeps no freed blocks; `deferred` keeps those `ordered` kept,
      * their users done once the switch has synchronized. */
-    if (mode == CUPOOL_FREE_SYNC) cupool_deferred_return_ready(c);
+    if (mode == CUPOOL_FREE_SYNC) cupool_ready_return_all(c);
     /* The fast paths serve `ordered` and `sync` alone: after a move to
      * `deferred` they stay off from now on. */
     if (mode == CUPOOL_FREE_DEFERRED) atomic_store(&cupool_hot.fast, 0);
@@ -437,7 +437,7 @@ uint64_t cupool_context_reserved_recent(cupool_context_t *c, uint64_t now_ns)
 
 uint64_t cupool_context_ready_bytes(const cupool_context_t *c)
 {
-    return cupool_deferred_ready_bytes(c);
+    return cupool_ready_bytes(c);
 }
 
 uint64_t cupool_context_waiting_bytes(const cupool_context_t *c)
@@ -447,7 +447,7 @@ uint64_t cupool_context_waiting_bytes(const cupool_context_t *c)
 
 uint64_t cupool_context_idle_bytes(cupool_context_t *c)
 {
-    return cupool_device_reserved_unused(c->device) + cupool_deferred_ready_bytes(c);
+    return cupool_device_reserved_unused(c->device) + cupool_ready_bytes(c);
 }
 
 /* ---- out of memory ------------------------------------------------------------ */
@@ -554,7 +554,7 @@ static void destroy_state(cupool_context_t *c)
 {
     free(c->streams);
     free(c->spare_events);
-    cupool_deferred_free_spares(c);
+    cupool_ready_drop_records(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -633,7 +633,7 @@ void cupool_engine_start(void)
     cupool_capture_on_end(captures_ended);
     cupool_queue_decide();
     /* Under CUPOOL_LIMIT the store keeps no block larger than itself
-     * (ordered_keep.c, cupool_ordered_keep): the limit's room is already
+     * (free/ordered_keep.c, cupool_ordered_keep): the limit's room is already
      * tight. */
     uint64_t keep = cupool_option(CUPOOL_OPT_ORDERED_READY), threshold = cupool_option(CUPOOL_OPT_RELEASE_THRESHOLD);
     if (keep && cupool_option(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED) keep = UINT64_MAX;
@@ -674,7 +674,7 @@ void cupool_primary_releasing(int ordinal)
 {
     pthread_mutex_lock(&registry_lock);
     cupool_context_t *primary = primary_locked(ordinal);
-    if (primary) cupool_deferred_return_ready(primary);
+    if (primary) cupool_ready_return_all(primary);
     pthread_mutex_unlock(&registry_lock);
 }
 

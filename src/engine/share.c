@@ -38,7 +38,7 @@
  * bound for two looks in a row, hands the excess back the same way.
  */
 #define _GNU_SOURCE
-#include "state.h"
+#include "free/free.h"
 #include "share.h"
 #include "kept_store.h"
 
@@ -216,13 +216,13 @@ static int give_back_context(cupool_context_t *c, void *arg)
     if (!g->seen) g->before = cupool_device_reserved(dev);
     g->seen = 1;
     cupool_reclaim(c, 0);
-    cupool_deferred_return_ready(c);
+    cupool_ready_return_all(c);
     /* The frees just made on cupool's own stream (it holds nothing
      * else): done before the trim, or their memory would stay reserved.
      * Frees behind the program's work, on the legacy stream, are not
      * waited for. */
     real_cuStreamSynchronize(c->private_stream);
-    /* Frees ordered on the GPU behind `deferred`'s fences (deferred_fence.c)
+    /* Frees ordered on the GPU behind `deferred`'s fences (free/deferred_fence.c)
      * go on cupool's fence stream: a query shows the pool those the GPU has
      * passed, without a wait for the program's work. */
     pthread_mutex_lock(&c->lock);
@@ -332,7 +332,7 @@ static int measure_context(cupool_context_t *c, void *arg)
     cupool_device_t *dev = c->device;
     int d = dev->ordinal;
     if (!dev->pooled || d < 0 || d >= CUPOOL_MAX_DEVICES) return 0;
-    look->ready[d] += cupool_deferred_ready_bytes(c);
+    look->ready[d] += cupool_ready_bytes(c);
     if (look->seen & (1ull << d)) return 0;
     look->seen |= 1ull << d;
     int pushed = cupool_enter_context(c->ctx);

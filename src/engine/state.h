@@ -7,8 +7,8 @@
  * helpers that read it without calling out, and the functions the engine's
  * files call of each other.  registry.c keeps the free mode correct as the
  * program creates streams and contexts and enables peer access; the free
- * files (free_modes.c, ordered_keep.c, deferred_fence.c, ready_store.c) carry
- * frees out.  The shims see none of it: their face is engine.h, where a
+ * subsystem (free/, its header free/free.h) carries frees out.  The shims
+ * see none of it: their face is engine.h, where a
  * context's state is opaque (tests/test_layers.sh checks that no shim or
  * tool reaches this header).
  */
@@ -37,7 +37,7 @@ typedef struct cupool_device {
     atomic_ullong pool_used_at_ns;           /* ... and when (0: ask anew) */
 } __attribute__((aligned(64))) cupool_device_t; /* its first fields in one line */
 
-typedef struct deferred_block deferred_block_t;
+typedef struct freed_block freed_block_t;
 typedef struct {
     void *head;
     int count;
@@ -67,7 +67,7 @@ typedef struct {
  * read the device's line or the options'). */
 struct cupool_context {
     CUcontext ctx;
-    deferred_block_t *ready_oldest;          /* the store's oldest block (ready_store.c, c->lock; read without it
+    freed_block_t *ready_oldest;          /* the store's oldest block (free/ready_store.c, c->lock; read without it
                                                 by an `ordered` allocation, to find the store empty: fields
                                                 read so are written with CUPOOL_HINT_WRITE) */
     CUmemoryPool any_size_pool;              /* the pool of every size, no limit to count; else NULL */
@@ -76,9 +76,9 @@ struct cupool_context {
     int ordinal;                             /* the device's */
     atomic_int threads;                      /* threads that have used it, at least (counted at their cache
                                                 misses, with the driver queue on): from 2 the queue is used */
-    deferred_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
+    freed_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
     deferred_batch_t *head;                  /* batches waiting for their fences (c->lock) */
-    deferred_block_t *held;                  /* frees made during a capture (c->lock) */
+    freed_block_t *held;                  /* frees made during a capture (c->lock) */
     deferred_batch_t *tail;
     CUstream private_stream;                 /* non-blocking, cupool's own */
     int primary;
@@ -89,22 +89,23 @@ struct cupool_context {
     uint64_t deferred_bytes;                 /* freed, waiting for fences (read without the lock as a hint) */
     uint64_t batch_start_ns;                 /* when the first pending free came */
     CUstream fence_stream;                   /* cupool's, waits for every stream's work */
-    int streams_folded;                      /* destroyed streams' work waited for on fence_stream (deferred_fence.c) */
+    int streams_folded;                      /* destroyed streams' work waited for on fence_stream
+                                                (free/deferred_fence.c) */
     CUevent scratch_event;                   /* recorded on each stream for the fence to wait on */
     CUevent *spare_events;
     int nspare, spare_cap;
-    cupool_spare_list_t spare_blocks;        /* records kept for reuse (free_store.h) */
+    cupool_spare_list_t spare_blocks;        /* records kept for reuse (free/free_store.h) */
     cupool_spare_list_t spare_batches;
     cupool_spare_list_t spare_sizes;
-    struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (ready_store.c) */
-    deferred_block_t *ready_newest;
+    struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (free/ready_store.c) */
+    freed_block_t *ready_newest;
     uint64_t ready_bytes;
-    int ready_empty;                         /* sizes in ready_sizes whose list is empty (ready_store.c) */
-    uint64_t fences;                         /* ordered fences recorded so far (ordered_keep.c) */
-    uint64_t kept;                           /* blocks `ordered` kept so far (ordered_keep.c) */
+    int ready_empty;                         /* sizes in ready_sizes whose list is empty (free/ready_store.c) */
+    uint64_t fences;                         /* ordered fences recorded so far (free/ordered_keep.c) */
+    uint64_t kept;                           /* blocks `ordered` kept so far (free/ordered_keep.c) */
     uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */
     CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
-    deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (ordered_keep.c;
+    freed_block_t *ready_oversize;        /* the one block kept though larger than the store (free/ordered_keep.c;
                                                 in the store's line, which every keep and take read) */
     const void *oversize_owner;              /* the cupool_thread of the thread that freed it */
     cupool_device_t *device;                 /* out of the first lines: the fast paths do not read it */
@@ -112,7 +113,7 @@ struct cupool_context {
     cupool_queue_t queue;
 } __attribute__((aligned(64)));
 
-/* The same for the fast paths (alloc.c, free_modes.c), from the thread's
+/* The same for the fast paths (alloc.c, free/free_modes.c), from the thread's
  * cache alone: NULL when it misses, and the general path then looks the
  * context up.  What they serve is counted in the thread's line
  * (cupool_stats_fast_*), for the device of the context cached. */
@@ -173,51 +174,6 @@ static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *p
     cupool_legacy_leave();
     return r;
 }
-/* Whether `ordered` keeps a freed block of this size for reuse: every size
- * with the store on (CUPOOL_ORDERED_READY not 0), one larger than the store
- * alone and only until the next free (ordered_keep.c, cupool_ordered_keep); not above
- * CUPOOL_RELEASE_THRESHOLD, nor above the store under CUPOOL_LIMIT. */
-static inline int cupool_ordered_keeps(size_t size)
-{
-    return size <= cupool_hot.ordered_keep_max;
-}
-/* Serves an `ordered` allocation (the context current) from a block of
- * this size the context freed earlier: CUDA_SUCCESS when *dptr is such a
- * block (still in the origin table, marked freed), CUDA_ERROR_NOT_FOUND
- * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
- * meanwhile. */
-CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* An `ordered` allocation: a block the context freed earlier, else one
- * from the pool on the legacy stream; CUPOOL_CAPTURE_IN_PROGRESS when a
- * capture keeps it off the legacy stream. */
-static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
-{
-    /* An empty store costs one look at the context's first line, no call. */
-    if (CUPOOL_HINT_READ(c->ready_oldest)) {
-        CUresult r = cupool_ordered_reuse(c, size, dptr);
-        if (r != CUDA_ERROR_NOT_FOUND) return r;
-    }
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
-    return cupool_legacy_pool_call(pool, dptr, size);
-}
-/* An `ordered` free on the legacy stream, through the driver queue when
- * the context wants it. */
-static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
-{
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
-    return cupool_legacy_pool_call(NULL, &ptr, 0);
-}
-
-/* Free paths (free_modes.c, with the block's context current). */
-/* A free the driver refused: warns, and the block stays the program's; or
- * (r CUPOOL_CAPTURE_IN_PROGRESS) held until the capture has ended. */
-CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
-/* The free of `sync` (the block's context current, no capture in
- * progress): the context synchronized, then the block on the legacy
- * stream; a refused free leaves the block the program's. */
-CUresult cupool_free_sync(const cupool_origin_t *o);
-/* Returns completed deferred blocks to their pools; wait = block until all are. */
-void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
 /* An allocation on cupool's private stream, complete before it returns
@@ -243,61 +199,13 @@ uint64_t cupool_device_reserved(cupool_device_t *dev);
  * and statistics, which would otherwise query the driver on every call. */
 uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
 
-/* Moves a context out of `ordered`: synchronizes it (after the capture in
- * progress, if any). */
-void cupool_synchronize_switch(cupool_context_t *c);
-/* Deferred frees (deferred_fence.c): whether any block waits (read without the
- * context's lock: a hint, which cupool_reclaim confirms under it), and
- * handing back every waiting block of a context whose work is known to be
- * complete. */
-static inline int cupool_deferred_waiting(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->head) || CUPOOL_HINT_READ(c->pending) || CUPOOL_HINT_READ(c->held);
-}
-/* Serves a `deferred` allocation from the blocks freed earlier in the
- * context whose users are all done, returning completed ones first; 1 when
- * *dptr is such a block (still in the origin table, marked freed). */
-int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* Hands the context's ready blocks back to the pool now, on its own stream
- * (it has left `deferred`, or may be about to die). */
-void cupool_deferred_return_ready(cupool_context_t *c);
-/* Bytes of the context's ready blocks, and of its blocks waiting for
- * their fences (hints, read without its lock). */
-static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->ready_bytes);
-}
-static inline uint64_t cupool_deferred_waiting_bytes(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->deferred_bytes);
-}
-void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
-/* The program is destroying one of the context's non-blocking streams,
- * whose work may still use blocks it frees later: later fences must cover
- * that work too.  c->lock held. */
-void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream);
-/* Around a synchronization of the context: what `before` answers just
- * before it, `synchronized` takes once it has succeeded, and the users of
- * every block `ordered` kept until then are known to be done (those blocks
- * then serve `deferred` too). */
-uint64_t cupool_deferred_before_sync(cupool_context_t *c);
-void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before);
-/* Frees the deferred-free records a context keeps for reuse (its teardown). */
-void cupool_deferred_free_spares(cupool_context_t *c);
-/* Whether cupool_reclaim has anything to do for a context (a switch out of
- * `ordered` waiting to synchronize, or deferred blocks): read unlocked, so
- * the common case makes no call. */
-static inline int cupool_reclaim_due(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->sync_due) || cupool_deferred_waiting(c);
-}
 /* ---- capture.c: the captures in progress (the shims' part: engine.h) ----- */
 /* What to call when the count of captures in progress drops to zero
  * (registered at start-up). */
 typedef void cupool_captures_ended_fn(void);
 void cupool_capture_on_end(cupool_captures_ended_fn *fn);
 
-/* Held while a capture begins and while deferred_fence.c records a fence,
+/* Held while a capture begins and while free/deferred_fence.c records a fence,
  * which would invalidate a capture begun under it (capture.c). */
 void cupool_capture_gate_enter(void);
 void cupool_capture_gate_leave(void);

@@ -7,7 +7,7 @@
  * cupool_free_fast); the general paths here keep the call's record for the
  * log and statistics and leave the mode dispatch to the engine
  * (cupool_alloc_block, engine/alloc.c; cupool_free_block,
- * engine/free_modes.c).  Whatever cupool cannot serve (policy off, sizes
+ * engine/free/free_modes.c).  Whatever cupool cannot serve (policy off, sizes
  * out of range, CUPOOL_LIMIT reached, a pool failure) goes to the real
  * driver, whose result the program then sees.  Out of memory: trim and
  * retry, then the real cuMemAlloc, then CUDA_ERROR_OUT_OF_MEMORY.  A
@@ -200,7 +200,7 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     if (r == CUDA_SUCCESS && free && total && cupool_active() && (c = cupool_current_context()) &&
         cupool_context_pooled(c)) {
         /* What the pools hold but do not use is free for the program, and
-         * so are the blocks this context keeps ready for reuse (engine/ready_store.c;
+         * so are the blocks this context keeps ready for reuse (engine/free/ready_store.c;
          * under `auto` a second context on the device means `sync`, which
          * keeps none). */
         uint64_t idle = cupool_context_idle_bytes(c);

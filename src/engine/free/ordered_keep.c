@@ -111,7 +111,7 @@ static int oversize_of_another_thread(const cupool_context_t *c)
  * the pool, keeping everything it reserved, would hold anyway. */
 int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
 {
-    deferred_block_t *b = NULL;
+    freed_block_t *b = NULL;
     uint64_t cap = cupool_ready_cap(c);
     /* Larger than the store: kept unless the store holds such a block
      * another thread freed (looked at first without the lock, as a hint).
@@ -125,7 +125,7 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
                       !oversize_of_another_thread(c))) {
         pthread_mutex_lock(&c->lock);
         if (!(oversize && oversize_of_another_thread(c)) &&
-            (b = cupool_take_record(&c->spare_blocks, sizeof(deferred_block_t)))) {
+            (b = cupool_take_record(&c->spare_blocks, sizeof(freed_block_t)))) {
             uint64_t now_ns = coarse_now_ns();
             if (c->ready_oversize) cupool_ready_evict(c, c->ready_oversize, c->private_stream);
             b->ptr = o->ptr;
@@ -149,7 +149,7 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
 
 /* The count of kept blocks before the synchronization, not after: a block
  * kept while it runs may have users it does not wait for. */
-uint64_t cupool_deferred_before_sync(cupool_context_t *c)
+static uint64_t kept_before_sync(cupool_context_t *c)
 {
     pthread_mutex_lock(&c->lock);
     uint64_t kept = c->kept;
@@ -157,7 +157,7 @@ uint64_t cupool_deferred_before_sync(cupool_context_t *c)
     return kept;
 }
 
-void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before)
+static void kept_synchronized(cupool_context_t *c, uint64_t before)
 {
     pthread_mutex_lock(&c->lock);
     if (before > c->kept_done) c->kept_done = before;
@@ -167,16 +167,16 @@ void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before)
 /* The legacy-stream work of `ordered` (allocations and frees still queued
  * behind kernels) must be complete before another stream can touch its
  * blocks. */
-void cupool_synchronize_switch(cupool_context_t *c)
+void cupool_ordered_leave(cupool_context_t *c)
 {
     int pushed = cupool_enter_context(c->ctx);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    uint64_t kept = cupool_deferred_before_sync(c);
+    uint64_t kept = kept_before_sync(c);
     CUresult r = real_cuCtxSynchronize();
     cupool_relaxed_end(previous);
     cupool_leave_context(pushed);
     CUPOOL_HINT_WRITE(c->sync_due, 0);
-    if (r == CUDA_SUCCESS) cupool_deferred_synchronized(c, kept);
+    if (r == CUDA_SUCCESS) kept_synchronized(c, kept);
     if (r != CUDA_SUCCESS)
         cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
                        cupool_result_name(r));

@@ -13,54 +13,6 @@
 
 #include <string.h>
 
-static void free_records(cupool_spare_list_t *list)
-{
-    while (list->head) {
-        void *record = list->head;
-        list->head = *(void **)record;
-        free(record);
-    }
-    list->count = 0;
-}
-
-void cupool_deferred_free_spares(cupool_context_t *c)
-{
-    /* The ready store holds its sentinel and empty lists alone by now,
-     * unless the context's blocks could not be handed back (they died with
-     * it). */
-    for (deferred_block_t *b = c->ready_oldest, *newer; b; b = newer) {
-        newer = b->newer;
-        free(b);
-    }
-    CUPOOL_HINT_WRITE(c->ready_oldest, NULL);
-    c->ready_newest = NULL;
-    CUPOOL_HINT_WRITE(c->ready_bytes, 0);
-    struct ready_size *rs, *tmp;
-    HASH_ITER(hh, c->ready_sizes, rs, tmp)
-    {
-        HASH_DEL(c->ready_sizes, rs);
-        free(rs);
-    }
-    c->ready_empty = 0;
-    free_records(&c->spare_blocks);
-    free_records(&c->spare_batches);
-    free_records(&c->spare_sizes);
-}
-
-void cupool_warn_give_back(CUdeviceptr ptr, CUresult r)
-{
-    cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
-                   cupool_result_name(r));
-}
-
-/* Returns one block, no longer in the origin table, to its pool. */
-CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
-{
-    CUresult r = real_cuMemFreeAsync(ptr, stream);
-    if (r != CUDA_SUCCESS) cupool_warn_give_back(ptr, r);
-    return r;
-}
-
 /* ---- ready blocks ------------------------------------------------------------
  * A `deferred` allocation costs a pool call on cupool's private stream and a
  * query of that stream, so that the block is complete for every stream
@@ -179,9 +131,9 @@ static void ready_drop_empty(cupool_context_t *c)
 }
 
 /* Takes the oldest block of its size (rs) out of the store.  c->lock held. */
-static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
+static freed_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
 {
-    deferred_block_t *b = rs->oldest;
+    freed_block_t *b = rs->oldest;
     rs->oldest = b->next;
     if (!rs->oldest) {
         rs->newest = NULL;
@@ -198,7 +150,7 @@ static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
 
 /* Whether the users of a block in the store may still be running: kept by
  * `ordered`, and the context not synchronized since.  c->lock held. */
-static int ready_block_busy(const cupool_context_t *c, const deferred_block_t *b)
+static int ready_block_busy(const cupool_context_t *c, const freed_block_t *b)
 {
     return b->kept > c->kept_done;
 }
@@ -209,7 +161,7 @@ static int ready_block_busy(const cupool_context_t *c, const deferred_block_t *b
  * them in stream order, as `ordered` frees; but while a capture is in
  * progress, which the legacy stream would disturb, it waits with the frees
  * held for the capture's end (release_held waits for their users). */
-void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream stream)
+void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream)
 {
     int legacy = 0, hold = 0;
     if (CUPOOL_UNLIKELY(ready_block_busy(c, b))) {
@@ -237,11 +189,11 @@ void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
 
 /* Hands a list of blocks back to the pool; their users are all done.
  * Returns the bytes released.  c->lock held. */
-uint64_t cupool_release_blocks(cupool_context_t *c, deferred_block_t *b, CUstream stream)
+uint64_t cupool_release_blocks(cupool_context_t *c, freed_block_t *b, CUstream stream)
 {
     uint64_t bytes = 0;
     while (b) {
-        deferred_block_t *next = b->next;
+        freed_block_t *next = b->next;
         bytes += b->size;
         cupool_release_block(c, b, stream);
         b = next;
@@ -251,7 +203,7 @@ uint64_t cupool_release_blocks(cupool_context_t *c, deferred_block_t *b, CUstrea
 
 /* Returns a ready block of b's size (the oldest of that size, which is b
  * or as large) to its pool.  c->lock held. */
-void cupool_ready_evict(cupool_context_t *c, const deferred_block_t *b, CUstream stream)
+void cupool_ready_evict(cupool_context_t *c, const freed_block_t *b, CUstream stream)
 {
     cupool_release_block(c, ready_pop(c, cupool_ready_find(c, b->size)), stream);
 }
@@ -273,7 +225,7 @@ static struct ready_size *ready_size_add(cupool_context_t *c, size_t size)
 /* Keeps a block whose users are all done for the next allocation of its
  * size, or hands it back to its pool when the store cannot take it.
  * c->lock held. */
-void cupool_ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_ns, CUstream stream)
+void cupool_ready_put(cupool_context_t *c, freed_block_t *b, uint64_t fenced_ns, CUstream stream)
 {
     struct ready_size *rs = cupool_ready_find(c, b->size);
     if (rs && !rs->oldest) c->ready_empty--;
@@ -303,7 +255,7 @@ void cupool_ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_
  * `deferred` or `ordered`, and counts it.  c->lock held. */
 CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
 {
-    deferred_block_t *b = ready_pop(c, rs);
+    freed_block_t *b = ready_pop(c, rs);
     CUdeviceptr ptr = b->ptr;
     cupool_give_record(&c->spare_blocks, b);
     atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
@@ -349,7 +301,7 @@ void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
     uint64_t back = 0;
     while (back < size && c->ready_oldest) {
         /* The block larger than the store first: most room, one call. */
-        const deferred_block_t *b = c->ready_oversize ? c->ready_oversize : c->ready_oldest;
+        const freed_block_t *b = c->ready_oversize ? c->ready_oversize : c->ready_oldest;
         back += b->size;
         cupool_ready_evict(c, b, stream);
     }
@@ -358,7 +310,7 @@ void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
     atomic_fetch_add_explicit(&st->given_back_bytes, back, memory_order_relaxed);
 }
 
-void cupool_deferred_return_ready(cupool_context_t *c)
+void cupool_ready_return_all(cupool_context_t *c)
 {
     if (!CUPOOL_HINT_READ(c->ready_oldest)) return;
     int pushed = cupool_enter_context(c->ctx);
@@ -368,6 +320,58 @@ void cupool_deferred_return_ready(cupool_context_t *c)
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     cupool_leave_context(pushed);
+}
+
+/* ---- a context's teardown ------------------------------------------------- */
+
+static void free_records(cupool_spare_list_t *list)
+{
+    while (list->head) {
+        void *record = list->head;
+        list->head = *(void **)record;
+        free(record);
+    }
+    list->count = 0;
+}
+
+void cupool_ready_drop_records(cupool_context_t *c)
+{
+    /* The ready store holds its sentinel and empty lists alone by now,
+     * unless the context's blocks could not be handed back (they died with
+     * it). */
+    for (freed_block_t *b = c->ready_oldest, *newer; b; b = newer) {
+        newer = b->newer;
+        free(b);
+    }
+    CUPOOL_HINT_WRITE(c->ready_oldest, NULL);
+    c->ready_newest = NULL;
+    CUPOOL_HINT_WRITE(c->ready_bytes, 0);
+    struct ready_size *rs, *tmp;
+    HASH_ITER(hh, c->ready_sizes, rs, tmp)
+    {
+        HASH_DEL(c->ready_sizes, rs);
+        free(rs);
+    }
+    c->ready_empty = 0;
+    free_records(&c->spare_blocks);
+    free_records(&c->spare_batches);
+    free_records(&c->spare_sizes);
+}
+
+/* ---- handing a block back, to its pool or to the program --------------------- */
+
+void cupool_warn_give_back(CUdeviceptr ptr, CUresult r)
+{
+    cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
+                   cupool_result_name(r));
+}
+
+/* Returns one block, no longer in the origin table, to its pool. */
+CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
+{
+    CUresult r = real_cuMemFreeAsync(ptr, stream);
+    if (r != CUDA_SUCCESS) cupool_warn_give_back(ptr, r);
+    return r;
 }
 
 /* A free that could not be carried out: the block stays the program's, as

@@ -255,7 +255,7 @@ static void record_batch(cupool_context_t *c)
         batch->fenced_ns = cupool_now_ns();
         batch->blocks = c->pending;
         batch->bytes = 0;
-        for (deferred_block_t *b = c->pending; b; b = b->next) batch->bytes += b->size;
+        for (freed_block_t *b = c->pending; b; b = b->next) batch->bytes += b->size;
         r = cupool_record_fence_gated(c, batch->fence, batch);
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
@@ -323,7 +323,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         order_after(c, batch->fence);
         give_event(c, batch->fence);
         CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - batch->bytes);
-        for (deferred_block_t *b = batch->blocks, *next; b; b = next) {
+        for (freed_block_t *b = batch->blocks, *next; b; b = next) {
             next = b->next;
             if (cap) cupool_ready_put(c, b, batch->fenced_ns, c->private_stream);
             else cupool_release_block(c, b, c->private_stream);
@@ -339,7 +339,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
  * size, takes a ready block of it; returns the block, or 0. */
 static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t size)
 {
-    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_synchronize_switch(c);
+    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_ordered_leave(c);
     /* Ready blocks alone matter to a taker, and to a wait for everything
      * (which empties the store too).  Batches whose blocks are back in their
      * pools already (CUPOOL_DEFERRED_ORDER=gpu) only count bytes, which the
@@ -373,7 +373,7 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held)
 {
     pthread_mutex_lock(&c->lock);
-    deferred_block_t *b = cupool_take_record(&c->spare_blocks, sizeof(deferred_block_t));
+    freed_block_t *b = cupool_take_record(&c->spare_blocks, sizeof(freed_block_t));
     if (!b) {
         pthread_mutex_unlock(&c->lock);
         /* No host memory to queue the block: free it the strongest way,
