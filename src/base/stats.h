@@ -7,6 +7,7 @@
 #define CUPOOL_BASE_STATS_H
 
 #include "real_driver.h"
+#include "spin_lock.h"
 
 #define CUPOOL_MAX_DEVICES 64
 

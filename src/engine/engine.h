@@ -4,8 +4,9 @@
  * (shims/) above and the base (base/) below, and its one face.  A context's
  * state (cupool_context_t) is opaque here: the engine's own files see it in
  * state.h, which no shim reaches (tests/test_layers.sh checks).  The engine
- * keeps the origin table (origin.h), the devices, pools and contexts with
- * their free modes (registry.c), an allocation's path (alloc.c), the free
+ * keeps the origin table (origin.h), the devices and their pools
+ * (devices.c), the contexts with their free modes (contexts.c) and their
+ * end (lifecycle.c), an allocation's path (alloc.c), the free
  * modes and their stores (free/, its header free/free.h), the stream
  * captures in progress (capture.c) and the driver queue (queue.c).  An
  * allocation reads top-down: a shim asks cupool_alloc_fast(), else
@@ -134,7 +135,7 @@ int cupool_free_keeps_block(const cupool_origin_t *o);
  * cupool_free_keeps_block decided (how): the free's one mode dispatch. */
 CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, enum cupool_free_how how);
 
-/* ---- contexts' lifecycle (registry.c, for shims/context.c) -------------------------- */
+/* ---- contexts' lifecycle (lifecycle.c, devices.c, for shims/context.c) ------------- */
 
 /* A context cuCtxDestroy is about to destroy (unless it is a primary one,
  * or not valid); a device's primary context about to be reset; about to be
@@ -150,7 +151,7 @@ void cupool_peer_access(CUcontext peer, int enable);
 /* ---- streams and captures (for shims/stream.c) --------------------------------------- */
 
 /* A new stream of the calling thread's context, and a stream about to be
- * destroyed (registry.c). */
+ * destroyed (contexts.c). */
 void cupool_track_stream(CUstream stream, unsigned flags);
 void cupool_forget_stream(CUstream stream);
 /* A context the driver destroyed: the captures begun in it are over

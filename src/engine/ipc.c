@@ -3,7 +3,7 @@
  * Legacy CUDA IPC on pooled memory (CUPOOL_IPC, ipc.h).  The driver
  * refuses cuIpcGetMemHandle on pool memory, so cupool answers it itself for
  * the blocks of its exportable pools (created with a POSIX file-descriptor
- * handle type, registry.c):
+ * handle type, devices.c):
  *
  *   - the exporter's handle names this process's IPC socket (a Unix socket
  *     in CUPOOL_IPC_DIR, 0600, named by the user, the pid and 8 random

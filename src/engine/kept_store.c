@@ -3,9 +3,10 @@
  * The kept store (kept_store.h): pinned host and managed blocks the driver
  * allocated for the program, tracked while in use and kept, once freed, for
  * the next allocation of their call, flags, size and context.  One lock
- * guards it all; it is taken before registry_lock and a context's lock,
- * never after, so that a context's teardown (which takes it) cannot be
- * interleaved with a free that records fences in that context.
+ * guards it all; it is taken before cupool_registry_lock (contexts.c) and
+ * a context's lock, never after, so that a context's teardown (which takes
+ * it) cannot be interleaved with a free that records fences in that
+ * context.
  */
 #include "free/free.h"
 

@@ -5,8 +5,9 @@
  * in force, a private stream, the live non-blocking streams, the queue of
  * deferred frees, the store of freed blocks ready for reuse), the inline
  * helpers that read it without calling out, and the functions the engine's
- * files call of each other.  registry.c keeps the free mode correct as the
- * program creates streams and contexts and enables peer access; the free
+ * files call of each other.  The registry (devices.c, contexts.c,
+ * lifecycle.c, their own header registry.h) keeps the free mode correct as
+ * the program creates streams and contexts and enables peer access; the free
  * subsystem (free/, its header free/free.h) carries frees out.  The shims
  * see none of it: their face is engine.h, where a
  * context's state is opaque (tests/test_layers.sh checks that no shim or

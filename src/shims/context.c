@@ -6,7 +6,8 @@
  * program destroys, or a primary context reset or released for the last
  * time, takes cupool's state for it along (its blocks go back to their
  * pools, as natively its memory dies with it).  Each shim calls the real
- * driver and tells the engine's registry (engine/registry.c) what happened.
+ * driver and tells the engine's registry (engine/contexts.c,
+ * engine/lifecycle.c, engine/devices.c) what happened.
  */
 #include "../engine/engine.h"
 
