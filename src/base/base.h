@@ -17,6 +17,7 @@
 #define CUPOOL_BASE_H
 
 #include "macros.h"
+#include "assert.h"
 #include "options.h"
 #include "spin_lock.h"
 #include "hot.h"

@@ -11,5 +11,5 @@ void cupool_spin_wait(cupool_spinlock_t *lock)
     do {
         for (unsigned tries = 0; atomic_load_explicit(lock, memory_order_relaxed); tries++)
             cupool_wait_turn(tries, 100);
-    } while (atomic_exchange_explicit(lock, 1, memory_order_acquire));
+    } while (!cupool_spin_acquire(lock));
 }

@@ -43,7 +43,7 @@ CUresult cupool_alloc_block(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr 
          * (it reclaims too, under the lock it takes anyway). */
         if (cupool_deferred_reuse(c, size, dptr)) return CUDA_SUCCESS;
     } else if (CUPOOL_UNLIKELY(cupool_reclaim_due(c))) {
-        cupool_reclaim(c, 0);
+        cupool_reclaim(c);
         *mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
     }
     if (*mode == CUPOOL_FREE_ORDERED && !cupool_capturing()) {

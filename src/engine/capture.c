@@ -31,6 +31,11 @@ void cupool_capture_gate_leave(void)
     pthread_mutex_unlock(&capture_gate);
 }
 
+const pthread_mutex_t *cupool_capture_gate_lock(void)
+{
+    return &capture_gate;
+}
+
 /* The streams the captures in progress began on, with their contexts
  * (capture_gate): a program may destroy such a stream, or its context,
  * without ending the capture, which then no longer counts; otherwise every

@@ -42,6 +42,7 @@ static int configured_mode(void)
  * cupool_registry_lock held. */
 static void promote(cupool_context_t *c, int mode)
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     int old = atomic_load(&c->mode);
     if (configured_mode() != CUPOOL_FREE_AUTO || old >= mode) return;
     /* A context-wide synchronization would invalidate a capture in progress:
@@ -62,6 +63,7 @@ static void promote(cupool_context_t *c, int mode)
 
 void cupool_promote_device(cupool_device_t *dev, int mode)
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     for (cupool_context_t *c = cupool_contexts; c; c = c->next)
         if (c->device == dev) promote(c, mode);
 }
@@ -79,6 +81,7 @@ static int is_primary(CUcontext ctx, int ordinal)
 
 cupool_context_t *cupool_context_find_locked(CUcontext ctx)
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     cupool_context_t *c = cupool_contexts;
     while (c && c->ctx != ctx) c = c->next;
     return c;
@@ -90,6 +93,7 @@ _Static_assert(offsetof(cupool_context_t, tail) <= 64, "what every allocation an
  * cupool_registry_lock held. */
 static cupool_context_t *context_locked(CUcontext ctx)
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     cupool_context_t *known = cupool_context_find_locked(ctx);
     if (known) return known;
     CUdevice ordinal;

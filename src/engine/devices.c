@@ -63,6 +63,7 @@ static CUresult create_pool(cupool_device_t *dev, CUmemoryPool *pool)
 
 cupool_device_t *cupool_device_get(int ordinal)
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     if (ordinal < 0 || ordinal >= CUPOOL_MAX_DEVICES) return NULL;
     cupool_device_t *dev = &devices[ordinal];
     if (devices_ready[ordinal]) return dev;
@@ -262,7 +263,7 @@ void cupool_trim_device(cupool_context_t *c)
     for (cupool_context_t *each = cupool_contexts; each; each = each->next) {
         if (each->device != dev) continue;
         int pushed = cupool_enter_context(each->ctx);
-        cupool_reclaim(each, 1);
+        cupool_reclaim_all(each);
         cupool_leave_context(pushed);
     }
     pthread_mutex_unlock(&cupool_registry_lock);
@@ -278,5 +279,5 @@ void cupool_trim_for_retry(cupool_context_t *c)
     atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
     cupool_trim_device(c);
     /* Kept managed blocks may hold device memory too. */
-    cupool_kept_release(0);
+    cupool_kept_release(CUPOOL_KEPT_CLASS_MANAGED);
 }

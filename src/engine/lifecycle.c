@@ -38,7 +38,7 @@ static void teardown_current(cupool_context_t *c)
     pthread_mutex_lock(&c->lock);
     cupool_deferred_drop(c, c->private_stream);
     pthread_mutex_unlock(&c->lock);
-    if (teardown_hook) teardown_hook(c, 1);
+    if (teardown_hook) teardown_hook(c, CUPOOL_CONTEXT_ALIVE);
     if (c->device->pooled) {
         cupool_origin_drain(c, free_on_legacy, c);
         cupool_ipc_forget_context(c);
@@ -55,6 +55,7 @@ static void teardown_current(cupool_context_t *c)
 /* Unlinks and frees the state of ctx; called with cupool_registry_lock held. */
 static cupool_context_t *unlink_context(CUcontext ctx)
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     for (cupool_context_t **p = &cupool_contexts; *p; p = &(*p)->next) {
         if ((*p)->ctx != ctx) continue;
         cupool_context_t *c = *p;
@@ -90,6 +91,7 @@ static void forget_context(CUcontext ctx)
 /* The state of a device's primary context; cupool_registry_lock held. */
 static cupool_context_t *primary_locked(int ordinal)
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     cupool_context_t *c = cupool_contexts;
     while (c && !(c->primary && c->device->ordinal == ordinal)) c = c->next;
     return c;
@@ -206,14 +208,18 @@ static void forget_dead_primary(cupool_context_t *c, int ordinal)
         int pushed = cupool_enter_context(fresh);
         CUstreamCaptureMode previous = cupool_relaxed_begin();
         cupool_origin_drain(c, free_on_legacy, c);
+        /* Nobody else reaches c now: the lock only keeps the free store's
+         * rule (its functions run with c->lock held). */
+        pthread_mutex_lock(&c->lock);
         cupool_deferred_drop(c, CU_STREAM_LEGACY);
+        pthread_mutex_unlock(&c->lock);
         real_cuCtxSynchronize();
         cupool_relaxed_end(previous);
         cupool_leave_context(pushed);
         real_cuDevicePrimaryCtxRelease_v2(ordinal);
     }
     /* The context's stream and events died with it: only host state is left. */
-    if (teardown_hook) teardown_hook(c, 0);
+    if (teardown_hook) teardown_hook(c, CUPOOL_CONTEXT_GONE);
     destroy_state(c);
 }
 
@@ -232,7 +238,7 @@ static void captures_ended(void)
     for (cupool_context_t *c = cupool_contexts; c; c = c->next) {
         if (!cupool_reclaim_due(c)) continue;
         int pushed = cupool_enter_context(c->ctx);
-        cupool_reclaim(c, 0);
+        cupool_reclaim(c);
         cupool_leave_context(pushed);
     }
     pthread_mutex_unlock(&cupool_registry_lock);

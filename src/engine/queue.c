@@ -48,6 +48,7 @@ static CUresult call_now(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
  * finds the lock free. */
 static void serve(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&c->queue.lock);
     cupool_queue_t *q = &c->queue;
     int was_in_front = cupool_thread.in_front;
     cupool_thread.in_front = 1;

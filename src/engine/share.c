@@ -215,7 +215,7 @@ static int give_back_context(cupool_context_t *c, void *arg)
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     if (!g->seen) g->before = cupool_device_reserved(dev);
     g->seen = 1;
-    cupool_reclaim(c, 0);
+    cupool_reclaim(c);
     cupool_ready_return_all(c);
     /* The frees just made on cupool's own stream (it holds nothing
      * else): done before the trim, or their memory would stay reserved.
@@ -299,7 +299,7 @@ static void answer(int fd)
         ordinal = ordinal_of(req.uuid);
         int64_t released = ordinal >= 0 ? give_back(ordinal, 0) : -1;
         /* Managed memory lives on the device too, while it is there. */
-        if (released >= 0) cupool_kept_release(0);
+        if (released >= 0) cupool_kept_release(CUPOOL_KEPT_CLASS_MANAGED);
         give_end();
         if (released >= 0) {
             reply.status = SHARE_GAVE;

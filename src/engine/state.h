@@ -181,9 +181,11 @@ void cupool_trim_device(cupool_context_t *c);
  * (alloc.c): every allocation but `ordered`'s. */
 CUresult cupool_alloc_private(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size);
 /* What else must go with a context (the kept store, kept_store.c): called
- * at its teardown, the context current and synchronized (alive 1), or once
- * it is already gone with its memory and events (alive 0). */
-typedef void cupool_teardown_fn(cupool_context_t *c, int alive);
+ * at its teardown, the context current and synchronized
+ * (CUPOOL_CONTEXT_ALIVE), or once it is already gone with its memory and
+ * events (CUPOOL_CONTEXT_GONE). */
+enum cupool_context_end { CUPOOL_CONTEXT_ALIVE, CUPOOL_CONTEXT_GONE };
+typedef void cupool_teardown_fn(cupool_context_t *c, enum cupool_context_end end);
 void cupool_context_on_teardown(cupool_teardown_fn *fn);
 /* Calls fn for every context cupool knows, in turn, none torn down
  * meanwhile; stops at the first that returns nonzero and returns that. */
@@ -210,6 +212,8 @@ void cupool_capture_on_end(cupool_captures_ended_fn *fn);
  * which would invalidate a capture begun under it (capture.c). */
 void cupool_capture_gate_enter(void);
 void cupool_capture_gate_leave(void);
+/* The gate's lock, for the assertions that it is held (CUPOOL_ASSERT_HELD). */
+const pthread_mutex_t *cupool_capture_gate_lock(void);
 
 /* A context going away (its teardown, the context current and
  * synchronized): the blocks it exported are forgotten, and those the

@@ -160,7 +160,7 @@ static CUresult free_general(CUdeviceptr dptr)
         /* Managed memory the kept store tracks: kept for the next
          * allocation of its flags and size. */
         CUresult managed;
-        if (cupool_kept_free(0, (uintptr_t)dptr, &call.size, &call.flags, &call.route, &managed)) {
+        if (cupool_kept_free(CUPOOL_KEPT_CLASS_MANAGED, (uintptr_t)dptr, &call.size, &call.flags, &call.route, &managed)) {
             call.kind = CUPOOL_KIND_MANAGED;
             return cupool_call_end(&call, managed);
         }

@@ -148,6 +148,8 @@ static CUresult fan_in(cupool_context_t *c, CUstream stream)
  * each live non-blocking stream's.  c->lock and the capture gate held. */
 static CUresult record_fence(cupool_context_t *c, CUevent fence)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT_HELD(cupool_capture_gate_lock());
     if (cupool_context_fences()) {
         CUresult r = real_cuCtxRecordEvent(c->ctx, fence);
         if (r == CUDA_SUCCESS) return r;
@@ -181,6 +183,7 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
  * the stream synchronized instead, as before. */
 void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     int per_stream = !cupool_context_fences() && atomic_load(&c->mode) == CUPOOL_FREE_DEFERRED;
     CUresult r = CUDA_ERROR_NOT_READY;
     if (per_stream && atomic_load(&cupool_hot.captures) == 0) {
@@ -211,6 +214,9 @@ static void order_after(cupool_context_t *c, CUevent fence)
  * c->lock and the capture gate held, no capture in progress. */
 static int free_behind(cupool_context_t *c, deferred_batch_t *batch)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT_HELD(cupool_capture_gate_lock());
+    CUPOOL_ASSERT(atomic_load(&cupool_hot.captures) == 0);
     if (!cupool_deferred_on_gpu()) return 0;
     CUresult r = fan_in_ready(c);
     if (r == CUDA_SUCCESS) r = real_cuStreamWaitEvent(c->fence_stream, batch->fence, 0);
@@ -235,6 +241,7 @@ static int free_behind(cupool_context_t *c, deferred_batch_t *batch)
  * thread. */
 static CUresult cupool_record_fence_gated(cupool_context_t *c, CUevent fence, deferred_batch_t *batch)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     cupool_capture_gate_enter();
     CUresult r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS : record_fence(c, fence);
     if (r == CUDA_SUCCESS && batch && free_behind(c, batch))
@@ -249,6 +256,8 @@ static CUresult cupool_record_fence_gated(cupool_context_t *c, CUevent fence, de
  * with c->lock held and c->ctx current. */
 static void record_batch(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT(c->pending != NULL);
     deferred_batch_t *batch = cupool_take_record(&c->spare_batches, sizeof(deferred_batch_t));
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     if (batch && (batch->fence = take_event(c))) {
@@ -286,6 +295,7 @@ static void record_batch(cupool_context_t *c)
  * batch, then a wait for it.  Called with c->lock held and c->ctx current. */
 static void release_held(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     CUevent fence = take_event(c);
     CUresult r = fence ? cupool_record_fence_gated(c, fence, NULL) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUPOOL_CAPTURE_IN_PROGRESS) {
@@ -305,6 +315,7 @@ static void release_held(cupool_context_t *c)
  * and c->ctx current. */
 static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     /* The store serves `deferred` and `ordered` allocations: in `sync` it
      * only empties. */
     uint64_t cap = keep ? cupool_ready_cap(c) : 0;
@@ -322,6 +333,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         if (!c->head) c->tail = NULL;
         order_after(c, batch->fence);
         give_event(c, batch->fence);
+        CUPOOL_ASSERT(c->deferred_bytes >= batch->bytes);
         CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - batch->bytes);
         for (freed_block_t *b = batch->blocks, *next; b; b = next) {
             next = b->next;
@@ -339,6 +351,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
  * size, takes a ready block of it; returns the block, or 0. */
 static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t size)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_ordered_leave(c);
     /* Ready blocks alone matter to a taker, and to a wait for everything
      * (which empties the store too).  Batches whose blocks are back in their
@@ -357,9 +370,14 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t s
     return ptr;
 }
 
-void cupool_reclaim(cupool_context_t *c, int wait)
+void cupool_reclaim(cupool_context_t *c)
 {
-    reclaim_and_take(c, wait ? 0 : UINT64_MAX, 0);
+    reclaim_and_take(c, UINT64_MAX, 0);
+}
+
+void cupool_reclaim_all(cupool_context_t *c)
+{
+    reclaim_and_take(c, 0, 0);
 }
 
 int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
@@ -370,8 +388,11 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
     return 1;
 }
 
-CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held)
+/* Queues a free behind a fence (held 0) or until the capture in progress
+ * has ended (held 1). */
+static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     freed_block_t *b = cupool_take_record(&c->spare_blocks, sizeof(freed_block_t));
     if (!b) {
@@ -409,10 +430,21 @@ CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     return CUDA_SUCCESS;
 }
 
+CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o)
+{
+    return defer(c, o, 0);
+}
+
+CUresult cupool_defer_held(cupool_context_t *c, const cupool_origin_t *o)
+{
+    return defer(c, o, 1);
+}
+
 /* Hands back every deferred block of a context whose work is known to be
  * complete, without looking at its events (they may be gone with it). */
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     c->kept_done = c->kept;
     while (c->head) {
         deferred_batch_t *batch = c->head;
@@ -435,6 +467,7 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
 
 CUresult cupool_fence_record(cupool_context_t *c, CUevent *fence)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     int pushed = cupool_enter_context(c->ctx);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
@@ -459,6 +492,7 @@ int cupool_fence_passed(cupool_context_t *c, CUevent fence, int wait)
 
 void cupool_fence_forget(cupool_context_t *c, CUevent fence)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     give_event(c, fence);
     pthread_mutex_unlock(&c->lock);

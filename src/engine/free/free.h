@@ -66,8 +66,12 @@ static inline uint64_t cupool_deferred_waiting_bytes(const cupool_context_t *c)
  * context whose users are all done, returning completed ones first; 1 when
  * *dptr is such a block (still in the origin table, marked freed). */
 int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* Returns completed deferred blocks to their pools; wait = block until all are. */
-void cupool_reclaim(cupool_context_t *c, int wait);
+/* Returns completed deferred blocks to their pools, and does what waited
+ * for the end of a capture (a switch out of `ordered`, frees held during
+ * it), without waiting for the GPU; cupool_reclaim_all waits until every
+ * block is back, and empties the ready store (out of memory). */
+void cupool_reclaim(cupool_context_t *c);
+void cupool_reclaim_all(cupool_context_t *c);
 /* Whether cupool_reclaim has anything to do for a context (a switch out of
  * `ordered` waiting to synchronize, or deferred blocks): read unlocked, so
  * the common case makes no call. */
@@ -76,7 +80,8 @@ static inline int cupool_reclaim_due(const cupool_context_t *c)
     return CUPOOL_HINT_READ(c->sync_due) || cupool_deferred_waiting(c);
 }
 /* Hands back every deferred block of a context whose work is known to be
- * complete, without looking at its events (they may be gone with it). */
+ * complete, without looking at its events (they may be gone with it).
+ * c->lock held. */
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
 /* The program is destroying one of the context's non-blocking streams,
  * whose work may still use blocks it frees later: later fences must cover

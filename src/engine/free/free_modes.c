@@ -87,10 +87,10 @@ static CUresult free_not_kept(cupool_context_t *c, const cupool_origin_t *o);
  * kept: then deferred. */
 static CUresult free_kept(cupool_context_t *c, const cupool_origin_t *o)
 {
-    int capturing = cupool_capturing();
-    if (!capturing && atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED)
+    if (CUPOOL_UNLIKELY(cupool_capturing())) return cupool_defer_held(c, o);
+    if (atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED)
         return cupool_ordered_keep(c, o) ? CUDA_SUCCESS : free_not_kept(c, o);
-    return cupool_defer(c, o, capturing);
+    return cupool_defer(c, o);
 }
 
 /* ---- frees made now -------------------------------------------------------- */
@@ -113,7 +113,7 @@ CUresult cupool_free_sync(const cupool_origin_t *o)
      * counted as a legacy-stream call (a capture beginning on another
      * thread waits for them); a capture in progress holds the block until
      * it has ended. */
-    if (!cupool_legacy_enter()) return cupool_defer(o->owner, o, 1);
+    if (!cupool_legacy_enter()) return cupool_defer_held(o->owner, o);
     CUresult r = real_cuCtxSynchronize();
     if (r == CUDA_SUCCESS) r = cupool_give_back(o->ptr, CU_STREAM_LEGACY);
     cupool_legacy_leave();
@@ -122,7 +122,7 @@ CUresult cupool_free_sync(const cupool_origin_t *o)
 
 __attribute__((noinline, cold)) CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r)
 {
-    if (r == CUPOOL_CAPTURE_IN_PROGRESS) return cupool_defer(o->owner, o, 1);
+    if (r == CUPOOL_CAPTURE_IN_PROGRESS) return cupool_defer_held(o->owner, o);
     cupool_warn_give_back(o->ptr, r);
     return cupool_restore_block(o, r);
 }

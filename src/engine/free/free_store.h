@@ -66,6 +66,7 @@ struct deferred_batch {
 static inline void *cupool_take_record(cupool_spare_list_t *list, size_t size)
 {
     void *record = list->head;
+    CUPOOL_ASSERT((record != NULL) == (list->count > 0));
     if (!record) return malloc(size);
     list->head = *(void **)record;
     list->count--;
@@ -74,6 +75,7 @@ static inline void *cupool_take_record(cupool_spare_list_t *list, size_t size)
 
 static inline void cupool_give_record(cupool_spare_list_t *list, void *record)
 {
+    CUPOOL_ASSERT(record && list->count >= 0 && list->count <= SPARE_MAX);
     if (list->count == SPARE_MAX) {
         free(record);
         return;
@@ -127,9 +129,10 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o);
 
 /* Whether `deferred`'s fences are one context-wide event (decided once). */
 int cupool_context_fences(void);
-/* Queues a `deferred` free (held: during a capture, until it has ended);
- * c->lock not held. */
-CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held);
+/* Queues a `deferred` free behind a fence; cupool_defer_held holds it
+ * until the capture in progress has ended (any mode).  c->lock not held. */
+CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o);
+CUresult cupool_defer_held(cupool_context_t *c, const cupool_origin_t *o);
 
 /* ---- ready_store.c ----------------------------------------------------------- */
 

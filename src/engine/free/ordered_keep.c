@@ -52,6 +52,7 @@ static uint64_t coarse_now_ns(void)
  * on the legacy stream would disturb).  c->lock held, c->ctx current. */
 static CUresult record_ordered_fence(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     CUresult r = CUDA_SUCCESS;
     if (!c->ordered_fence) r = real_cuEventCreate(&c->ordered_fence, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS) c->ordered_fence = NULL;
@@ -73,6 +74,7 @@ static CUresult record_ordered_fence(cupool_context_t *c)
 
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     /* cupool_ordered_alloc found the store not empty (without the lock): a
      * size it neither keeps nor makes room for takes no lock. */
     if (!cupool_ordered_keeps(size) && size < MISS_GIVES_BACK) return CUDA_ERROR_NOT_FOUND;
@@ -111,6 +113,7 @@ static int oversize_of_another_thread(const cupool_context_t *c)
  * the pool, keeping everything it reserved, would hold anyway. */
 int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     freed_block_t *b = NULL;
     uint64_t cap = cupool_ready_cap(c);
     /* Larger than the store: kept unless the store holds such a block
@@ -151,6 +154,7 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
  * kept while it runs may have users it does not wait for. */
 static uint64_t kept_before_sync(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     uint64_t kept = c->kept;
     pthread_mutex_unlock(&c->lock);
@@ -159,6 +163,7 @@ static uint64_t kept_before_sync(cupool_context_t *c)
 
 static void kept_synchronized(cupool_context_t *c, uint64_t before)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     if (before > c->kept_done) c->kept_done = before;
     pthread_mutex_unlock(&c->lock);

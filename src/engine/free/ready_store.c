@@ -120,6 +120,7 @@ struct ready_size *cupool_ready_find(cupool_context_t *c, size_t size)
 
 static void ready_drop_empty(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     struct ready_size *rs, *tmp;
     HASH_ITER(hh, c->ready_sizes, rs, tmp)
     {
@@ -133,6 +134,8 @@ static void ready_drop_empty(cupool_context_t *c)
 /* Takes the oldest block of its size (rs) out of the store.  c->lock held. */
 static freed_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT(rs && rs->oldest && c->ready_bytes >= rs->oldest->size);
     freed_block_t *b = rs->oldest;
     rs->oldest = b->next;
     if (!rs->oldest) {
@@ -163,6 +166,7 @@ static int ready_block_busy(const cupool_context_t *c, const freed_block_t *b)
  * held for the capture's end (release_held waits for their users). */
 void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     int legacy = 0, hold = 0;
     if (CUPOOL_UNLIKELY(ready_block_busy(c, b))) {
         legacy = cupool_legacy_enter();
@@ -191,6 +195,7 @@ void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream
  * Returns the bytes released.  c->lock held. */
 uint64_t cupool_release_blocks(cupool_context_t *c, freed_block_t *b, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     uint64_t bytes = 0;
     while (b) {
         freed_block_t *next = b->next;
@@ -212,6 +217,7 @@ void cupool_ready_evict(cupool_context_t *c, const freed_block_t *b, CUstream st
  * memory.  c->lock held. */
 static struct ready_size *ready_size_add(cupool_context_t *c, size_t size)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     struct ready_size *rs = cupool_take_record(&c->spare_sizes, sizeof *rs);
     if (!rs) return NULL;
     memset(rs, 0, sizeof *rs);
@@ -227,6 +233,8 @@ static struct ready_size *ready_size_add(cupool_context_t *c, size_t size)
  * c->lock held. */
 void cupool_ready_put(cupool_context_t *c, freed_block_t *b, uint64_t fenced_ns, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT(b && b->size > 0);
     struct ready_size *rs = cupool_ready_find(c, b->size);
     if (rs && !rs->oldest) c->ready_empty--;
     /* A sentinel of size 0 (no allocation has that size) keeps the table
@@ -255,6 +263,7 @@ void cupool_ready_put(cupool_context_t *c, freed_block_t *b, uint64_t fenced_ns,
  * `deferred` or `ordered`, and counts it.  c->lock held. */
 CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     freed_block_t *b = ready_pop(c, rs);
     CUdeviceptr ptr = b->ptr;
     cupool_give_record(&c->spare_blocks, b);
@@ -268,6 +277,7 @@ CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
  * c->lock held. */
 CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     struct ready_size *rs = c->ready_oldest ? cupool_ready_find(c, size) : NULL;
     if (!rs || !rs->oldest || ready_block_busy(c, rs->oldest)) return 0;
     return cupool_ready_take_oldest(c, rs);
@@ -278,6 +288,7 @@ CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size)
  * count against any other) or its age.  c->lock held. */
 void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     for (;;) {
         uint64_t counted = c->ready_bytes - (cap && c->ready_oversize ? c->ready_oversize->size : 0);
         if (!c->ready_oldest || (counted <= cap && now_ns <= c->ready_oldest->fenced_ns + READY_MAX_AGE_NS)) return;
@@ -297,6 +308,7 @@ void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * on.  c->lock held. */
 void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     if (size < MISS_GIVES_BACK || !c->ready_oldest) return;
     uint64_t back = 0;
     while (back < size && c->ready_oldest) {
@@ -312,6 +324,7 @@ void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
 
 void cupool_ready_return_all(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     if (!CUPOOL_HINT_READ(c->ready_oldest)) return;
     int pushed = cupool_enter_context(c->ctx);
     pthread_mutex_lock(&c->lock);
