@@ -131,8 +131,9 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
     return r->result;
 }
 
-/* An `ordered` free made out of line, for a block the store did not keep
- * (free/free_modes.c): what cupool_ordered_free (free/free.h) makes inline. */
+/* An `ordered` free made out of line: for a block the store did not keep
+ * (free/free_modes.c), and cupool_ordered_free's (free/free.h) through the
+ * queue. */
 CUresult cupool_queue_free(cupool_context_t *c, CUdeviceptr ptr)
 {
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);

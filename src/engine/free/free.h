@@ -37,10 +37,11 @@ static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool po
     return cupool_legacy_pool_call(pool, dptr, size);
 }
 /* An `ordered` free on the legacy stream, through the driver queue when
- * the context wants it. */
+ * the context wants it (out of line, cupool_queue_free: the caller's frame
+ * then holds no slot for the pointer the queue is handed). */
 static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
 {
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_free(c, ptr);
     return cupool_legacy_pool_call(NULL, &ptr, 0);
 }
 /* Moves a context out of `ordered`: synchronizes it (after the capture in

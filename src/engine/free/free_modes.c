@@ -97,8 +97,10 @@ static CUresult free_kept(cupool_context_t *c, const cupool_origin_t *o)
 
 /* An `ordered` free the store did not keep: back to the pool at once, as
  * `ordered` frees what it does not keep (free_block, with the block no
- * longer kept: the mode may have moved on meanwhile). */
-static CUresult free_not_kept(cupool_context_t *c, const cupool_origin_t *o)
+ * longer kept: the mode may have moved on meanwhile).  Out of line: the
+ * kept free's frame then holds no slot for the pointer the driver queue is
+ * handed. */
+static __attribute__((noinline)) CUresult free_not_kept(cupool_context_t *c, const cupool_origin_t *o)
 {
     cupool_origin_t gone;
     cupool_origin_remove(o->ptr, &gone);

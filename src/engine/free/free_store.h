@@ -85,13 +85,6 @@ static inline void cupool_give_record(cupool_spare_list_t *list, void *record)
     list->count++;
 }
 
-/* Whether `deferred` frees go back to their pools at once, ordered on the
- * GPU behind their fences (CUPOOL_DEFERRED_ORDER=gpu, deferred_fence.c),
- * rather than held until the fences have completed (`host`). */
-static inline int cupool_deferred_on_gpu(void)
-{
-    return cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_GPU;
-}
 
 /* A miss of at least this size makes the store hand back its oldest
  * blocks, as many bytes as the allocation asks, before the pool serves it.
@@ -127,8 +120,15 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o);
 
 /* ---- deferred_fence.c ------------------------------------------------------- */
 
+/* Whether `deferred` frees go back to their pools at once, ordered on the
+ * GPU behind their fences (CUPOOL_DEFERRED_ORDER=gpu), rather than held
+ * until the fences have completed (`host`). */
+int cupool_deferred_on_gpu(void);
 /* Whether `deferred`'s fences are one context-wide event (decided once). */
 int cupool_context_fences(void);
+/* What option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT) allows
+ * the context to hold now: bytes, or a share of those in use. */
+uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id);
 /* Queues a `deferred` free behind a fence; cupool_defer_held holds it
  * until the capture in progress has ended (any mode).  c->lock not held. */
 CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o);
@@ -136,9 +136,6 @@ CUresult cupool_defer_held(cupool_context_t *c, const cupool_origin_t *o);
 
 /* ---- ready_store.c ----------------------------------------------------------- */
 
-/* What HELD option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT)
- * allows the context to hold now (see ready_store.c). */
-uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id);
 /* The most the store keeps now (see ready_store.c). */
 uint64_t cupool_ready_cap(cupool_context_t *c);
 /* The list of a size, which may be empty; NULL when the size has none. */

@@ -37,49 +37,6 @@
  * that size still waiting for its fence, not a size the program dropped. */
 #define READY_MAX_AGE_NS 1000000000ull
 
-/* CUPOOL_DEFERRED_READY and CUPOOL_DEFERRED_WAIT may be a share of the
- * bytes in use ("25%"): what cupool holds then grows and shrinks with the
- * program, as a framework's caching allocator's cache does.  A share never
- * comes to less than this, so that a small program's frees do not wait for
- * the GPU one by one. */
-#define HELD_SHARE_FLOOR (64ull << 20)
-
-/* The bytes the device's pools have allocated (in use by the program, or
- * held by cupool), asked of the driver at most once a millisecond and anew
- * once cupool has handed blocks back (cupool_release_block clears the
- * time). */
-static uint64_t pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
-{
-    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
-    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
-    uint64_t used = 0;
-    for (int i = 0; i < dev->npools; i++) {
-        cuuint64_t value = 0;
-        real_cuMemPoolGetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &value);
-        used += value;
-    }
-    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
-    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
-    return used;
-}
-
-/* The bytes option `id` allows, or its share of the bytes the program has
- * in use on the device (the pools' allocated bytes less what this context
- * holds; a second context on the device means `sync`, which holds
- * nothing). */
-uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id)
-{
-    uint64_t value = cupool_option_started(id);
-    if (!cupool_is_share(value)) return value;
-    uint64_t used = pool_used_recent(c->device, cupool_now_ns());
-    /* Frees ordered on the GPU left the pools' count at the free. */
-    uint64_t held = c->ready_bytes;
-    if (!cupool_deferred_on_gpu()) held += c->deferred_bytes;
-    uint64_t in_use = used > held ? used - held : 0;
-    uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
-    return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
-}
-
 /* The most the store keeps now: CUPOOL_DEFERRED_READY or
  * CUPOOL_ORDERED_READY as the context's mode says (0 turns it off; `sync`
  * keeps nothing), no more than a pool keeps across synchronizations
@@ -92,7 +49,7 @@ uint64_t cupool_ready_cap(cupool_context_t *c)
      * not here: in `deferred` the store then only empties. */
     uint64_t cap = 0;
     if (mode == CUPOOL_FREE_ORDERED) cap = cupool_option_started(CUPOOL_OPT_ORDERED_READY);
-    else if (mode == CUPOOL_FREE_DEFERRED && !cupool_deferred_on_gpu()) cap = cupool_held_cap(c, CUPOOL_OPT_DEFERRED_READY);
+    else if (mode == CUPOOL_FREE_DEFERRED && !cupool_deferred_on_gpu()) cap = cupool_deferred_cap(c, CUPOOL_OPT_DEFERRED_READY);
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
     uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (threshold < cap) cap = threshold;
@@ -184,7 +141,7 @@ void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream
         cupool_origin_remove(b->ptr, &gone);
         cupool_give_back(b->ptr, stream);
         cupool_give_record(&c->spare_blocks, b);
-        /* The pools' allocated bytes just fell: a share (cupool_held_cap)
+        /* The pools' allocated bytes just fell: a share (cupool_deferred_cap)
          * asks anew. */
         atomic_store_explicit(&c->device->pool_used_at_ns, 0, memory_order_relaxed);
     }
