@@ -210,7 +210,7 @@ static CUresult deferred_free(CUdeviceptr p, size_t size)
 
 /* ---- one pair in each mode --------------------------------------------------- */
 
-/* The private stream complete, as cupool makes sure of it (src/shims/memory.c). */
+/* The private stream complete, as cupool makes sure of it (src/engine/alloc.c). */
 static CUresult private_stream_done(void)
 {
     CUresult r = drv.cuStreamQuery(private_stream);

@@ -87,13 +87,14 @@ for lib in "$@"; do
         cg_annotate "$tmp/cg.$n" >"$tmp/cg.$n.txt" 2>/dev/null
     done
     # cupool's functions: those whose source file is under a src/ directory
-    # (the null driver is built from bench/, libc's paths have no src/).
+    # (the null driver is built from bench/, libc's paths have no src/),
+    # a header reached through ../ (src/shims/../engine/engine.h) included.
     python3 - "$tmp/cg.2000.txt" "$tmp/cg.4000.txt" "$lib" <<'PY'
 import re, sys
 def totals(path):
     t = [0] * 9  # Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
     for line in open(path):
-        if not re.search(r'/src/([A-Za-z_]+/)?[A-Za-z_]+\.[ch]:', line): continue
+        if not re.search(r'/src/([A-Za-z_.]+/)*[A-Za-z_]+\.[ch]:', line): continue
         nums = [x for x in line.split() if not x.startswith('(') and not x.endswith('%)')]
         vals = []
         for x in nums[:9]:

@@ -13,9 +13,11 @@
 #            log...).  Fields read without their lock as a hint are relaxed
 #            atomics (CUPOOL_HINT_READ in src/base/base.h): a plain access to
 #            them would show here.
-# Default: both.  Any report fails the run; the test logs stay in the build
-# directory ($SANITIZE_BUILD, default build-sanitize/ beside this script's
-# tree, one subdirectory per sanitizer).  The sanitizer runtimes come with gcc
+# Both builds check cupool's invariants too (configure --enable-assertions,
+# src/base/assert.h).  Default: both.  Any report fails the run; the test
+# logs stay in the build directory ($SANITIZE_BUILD, default
+# build-sanitize/ beside this script's tree, one subdirectory per
+# sanitizer).  The sanitizer runtimes come with gcc
 # (libasan, libubsan, libtsan).  Environment: SANITIZE_BUILD, CONFIGURE_FLAGS
 # (e.g. --with-cuda=DIR), JOBS.
 #
@@ -70,7 +72,7 @@ for kind in "$@"; do
     echo "== $kind: building in $build"
     # shellcheck disable=SC2086
     (cd "$build" &&
-        { [ -f Makefile ] || "$src/configure" --disable-lto CFLAGS="-g -O1 -fno-omit-frame-pointer $flags" \
+        { [ -f Makefile ] || "$src/configure" --disable-lto --enable-assertions CFLAGS="-g -O1 -fno-omit-frame-pointer $flags" \
             LDFLAGS="$flags" ${CONFIGURE_FLAGS:-} >configure.out 2>&1; } &&
         make -j"$jobs" >make.out 2>&1 && make -j"$jobs" check TESTS= >>make.out 2>&1) ||
         { echo "sanitize.sh: the $kind build failed; see $build/configure.out and make.out" >&2; failed=1; continue; }

@@ -26,10 +26,10 @@ static void *test_uthash_malloc(size_t size);
  * program does not link. */
 CUPOOL_THREAD_LOCAL cupool_thread_t cupool_thread;
 
-/* The spin lock's contended wait lives in src/base/real_driver.c too: a plain one will do. */
+/* The spin lock's contended wait lives in src/base/spin_lock.c: a plain one will do. */
 void cupool_spin_wait(cupool_spinlock_t *lock)
 {
-    while (atomic_exchange_explicit(lock, 1, memory_order_acquire)) sched_yield();
+    while (!cupool_spin_acquire(lock)) sched_yield();
 }
 
 /* Block addresses as a pool hands them out: 256-byte aligned, in a range. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Proves the ready store of `deferred` mode with CUPOOL_DEFERRED_ORDER=host
- * (src/engine/ready_store.c), and of `ordered`: a freed block
+ * (src/engine/free/ready_store.c), and of `ordered`: a freed block
  * whose events have completed serves the context's next allocation of the
  * same size without going back to the pool, and is otherwise free memory.
  *   reuse:      after the free has completed, cuMemGetInfo counts the block
@@ -39,7 +39,7 @@
  *               frees in `deferred` all survive (a fence recorded under a
  *               capture in progress invalidates it), with either kind of
  *               fence (capture-streams).
- * The same store in `ordered` (src/engine/ordered_keep.c), where a freed
+ * The same store in `ordered` (src/engine/free/ordered_keep.c), where a freed
  * block may serve once an event has been recorded on the legacy stream
  * after its free, its users still running or not:
  *   ordered-reuse: a freed block is free memory for cuMemGetInfo at once

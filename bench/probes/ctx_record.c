@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Could cuCtxRecordEvent (CUDA 12.5+: one event that captures all the work
  * of a context at the time of the call) replace the fan-in of `deferred`'s
- * fences (src/engine/deferred_fence.c: an event recorded on the legacy stream and on
+ * fences (src/engine/free/deferred_fence.c: an event recorded on the legacy stream and on
  * every live non-blocking stream, each waited on by cupool's fence stream)?
  * Under PyTorch, which creates 128 streams, a fan-in costs about 70 us, so
  * fences are set 2 ms apart and freed blocks wait that long for reuse.
@@ -26,7 +26,7 @@
  *   ctx_record free-host        the same, the host waiting on the
  *                                     event (query, synchronize) before a
  *                                     free with no GPU dependency, as
- *                                     deferred_fence.c does; then the block is
+ *                                     free/deferred_fence.c does; then the block is
  *                                     allocated again and written elsewhere
  *
  * Build on the GPU machine:

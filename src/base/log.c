@@ -18,6 +18,7 @@
  * and counts a timed call (cupool_call_end_timed), is here too.
  */
 #include "log.h"
+#include "spin_lock.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -20,10 +20,13 @@
 #define CUPOOL_EXPORT __attribute__((visibility("default")))
 #define CUPOOL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define CUPOOL_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* The functions of the fast paths (shims/memory.c): placed together (.text.hot),
- * so that the few instruction lines an allocation and a free run stay
- * apart from the rest, which the driver's own code evicts between calls. */
-#define CUPOOL_HOT_PATH __attribute__((hot))
+/* The functions of the fast paths (engine/alloc.c, engine/free/free_modes.c,
+ * and the shims of shims/memory.c that call them): placed together
+ * (.text.hot), each at the start of a cache line, so that the few
+ * instruction lines an allocation and a free run stay apart from the rest,
+ * which the driver's own code evicts between calls, and stay as few
+ * whatever the size of the code before them. */
+#define CUPOOL_HOT_PATH __attribute__((hot, aligned(64)))
 /* Fields kept under a lock but also read without it, as a hint the reader
  * confirms under the lock (an empty store, no deferred block waiting):
  * written and read whole as relaxed atomics.  On x86-64 and aarch64 these are

@@ -80,7 +80,7 @@ enum { CUPOOL_LOG_ERROR, CUPOOL_LOG_WARN, CUPOOL_LOG_CALL };
 #define CUPOOL_SIZE_UNLIMITED UINT64_MAX
 /* A HELD option given as a share of the bytes in use ("25%"): the flag
  * bit, and the share in hundredths of a percent below it.  What it comes
- * to at a moment is the engine's to say (cupool_held_cap). */
+ * to at a moment is the engine's to say (cupool_deferred_cap). */
 #define CUPOOL_SHARE_FLAG (1ull << 63)
 #define CUPOOL_SHARE_MAX_BP 1000000ull /* 10000%: larger shares are surely a mistake */
 static inline int cupool_is_share(uint64_t value)

@@ -3,12 +3,13 @@
  * The real driver: libcuda.so.1 loaded once, and a typed pointer to every
  * entry point cupool handles or calls (real_<name>), generated from the one
  * list in symbols.h; the C library's own dlsym, found without going through
- * cupool's override; the hot lines (cupool_hot, cupool_thread) every call
- * reads; and the few calls on the real driver every layer makes (making a
- * context current, the relaxed capture mode around cupool's own calls).
+ * cupool's override; the hot lines (cupool_hot, cupool_thread, hot.h) every
+ * call reads, and the count of legacy-stream calls (capture_gate.h);
+ * cupool's own threads.
  * How a program's calls reach cupool's shims instead is shims/interpose.c.
  */
 #include "real_driver.h"
+#include "capture_gate.h"
 #include "options.h"
 
 #include <dirent.h>
@@ -257,17 +258,7 @@ int cupool_thread_start(void *(*main_fn)(void *), const char *name)
     return ok ? 0 : -1;
 }
 
-/* ---- the spin lock's contended case (base.h) --------------------------- */
-
-void cupool_spin_wait(cupool_spinlock_t *lock)
-{
-    do {
-        for (unsigned tries = 0; atomic_load_explicit(lock, memory_order_relaxed); tries++)
-            cupool_wait_turn(tries, 100);
-    } while (atomic_exchange_explicit(lock, 1, memory_order_acquire));
-}
-
-/* In a line of its own: every `ordered` pool call writes it (base.h). */
+/* In a line of its own: every `ordered` pool call writes it (capture_gate.h). */
 atomic_int cupool_legacy_calls __attribute__((aligned(64)));
 
 uint64_t cupool_now_ns(void)
@@ -281,39 +272,4 @@ void cupool_stop(void)
 {
     atomic_store(&cupool_hot.fast, 0);
     atomic_store(&cupool_hot.started, 0);
-}
-
-/* ---- calls every layer makes --------------------------------------------- */
-
-int cupool_enter_context(CUcontext ctx)
-{
-    CUcontext current = NULL;
-    real_cuCtxGetCurrent(&current);
-    if (current == ctx) return 0;
-    return real_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
-}
-
-void cupool_leave_context(int pushed)
-{
-    CUcontext popped;
-    if (pushed) real_cuCtxPopCurrent_v2(&popped);
-}
-
-/* Every capture starts in one of cupool's BeginCapture shims, so while none
- * is in progress the thread's capture mode cannot matter and the two driver
- * calls are skipped (CUPOOL_NO_EXCHANGE marks that). */
-#define CUPOOL_NO_EXCHANGE ((CUstreamCaptureMode)-1)
-
-CUstreamCaptureMode cupool_relaxed_begin(void)
-{
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (!cupool_capturing() || !real_cuThreadExchangeStreamCaptureMode ||
-        real_cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
-        return CUPOOL_NO_EXCHANGE;
-    return mode;
-}
-
-void cupool_relaxed_end(CUstreamCaptureMode previous)
-{
-    if (previous != CUPOOL_NO_EXCHANGE) real_cuThreadExchangeStreamCaptureMode(&previous);
 }

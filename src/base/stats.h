@@ -7,6 +7,7 @@
 #define CUPOOL_BASE_STATS_H
 
 #include "real_driver.h"
+#include "spin_lock.h"
 
 #define CUPOOL_MAX_DEVICES 64
 
@@ -40,8 +41,9 @@ extern cupool_device_stats_t cupool_device_stats[CUPOOL_MAX_DEVICES + 1];
 void cupool_stats_call(int sym, uint64_t served_ns);
 cupool_device_stats_t *cupool_stats_for(int device);
 void cupool_stats_alloc(int device, int route, size_t size);
-/* A pooled cuMemAlloc or cuMemFree served by a fast path (shims/memory.c; never
- * while CUPOOL_STATS or CUPOOL_LOG is on), in the thread's cached context.
+/* A pooled cuMemAlloc or cuMemFree served by a fast path (engine/alloc.c
+ * and engine/free/free_modes.c; never while CUPOOL_STATS or CUPOOL_LOG is on), in the
+ * thread's cached context.
  * The fast paths run only where the thread's context cache holds, which
  * cupool_stats_thread() allowed: their counts are then read with the
  * thread's own (a plain load and store: only this thread writes them). */

@@ -14,7 +14,7 @@
 
 /* ---- captures (counted in cupool_hot.captures) ---------------------------- */
 
-/* A fence of deferred_fence.c (cuCtxRecordEvent, or events on the legacy stream)
+/* A fence of free/deferred_fence.c (cuCtxRecordEvent, or events on the legacy stream)
  * recorded while a capture is in progress would invalidate it: the driver
  * fails the capture, and the program's graph is lost.  The recorder checks
  * the count under this lock, and a capture begins and is counted under it,
@@ -29,6 +29,11 @@ void cupool_capture_gate_enter(void)
 void cupool_capture_gate_leave(void)
 {
     pthread_mutex_unlock(&capture_gate);
+}
+
+const pthread_mutex_t *cupool_capture_gate_lock(void)
+{
+    return &capture_gate;
 }
 
 /* The streams the captures in progress began on, with their contexts

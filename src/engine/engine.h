@@ -1,22 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine, as the shims see it: the middle layer, between the shims
- * (shims/) above and the base (base/) below.  It keeps the origin table
- * (origin.h), the devices, pools and contexts with their free modes
- * (registry.c), the free modes and their stores (free_modes.c,
- * ordered_keep.c, deferred_fence.c, ready_store.c), the stream captures in
- * progress (capture.c) and the driver queue (queue.c); their state is
- * state.h.  Here are the inline paths every allocation and free runs: the
- * calling thread's context, an `ordered` allocation, and a free.  An
- * allocation reads top-down: a shim asks cupool_current_context(), then
- * cupool_ordered_alloc() or the general path; a free asks the origin table
- * (cupool_origin_take/claim, cupool_free_keeps_block), then
- * cupool_free_block(), which goes down to the store of its mode.
+ * (shims/) above and the base (base/) below, and its one face.  A context's
+ * state (cupool_context_t) is opaque here: the engine's own files see it in
+ * state.h, which no shim reaches (tests/test_layers.sh checks).  The engine
+ * keeps the origin table (origin.h), the devices and their pools
+ * (devices.c), the contexts with their free modes (contexts.c) and their
+ * end (lifecycle.c), an allocation's path (alloc.c), the free
+ * modes and their stores (free/, its header free/free.h), the stream
+ * captures in progress (capture.c) and the driver queue (queue.c).  An
+ * allocation reads top-down: a shim asks cupool_alloc_fast(), else
+ * cupool_current_context(), cupool_pick_pool() and cupool_alloc_block();
+ * a free asks cupool_free_fast(), else the origin table
+ * (cupool_origin_claim, cupool_free_keeps_block) and cupool_free_block(),
+ * which goes down to the store of its mode (free/free_modes.c).
  */
 #ifndef CUPOOL_ENGINE_H
 #define CUPOOL_ENGINE_H
 
-#include "state.h"
+#include "../base/base.h"
+#include "origin.h"
 #include "ipc.h"
 #include "kept_store.h"
 
@@ -32,8 +35,25 @@ void cupool_engine_start(void);
 void cupool_live_start(void);
 void cupool_live_stop(void);
 
-/* Legacy CUDA IPC on pooled memory: ipc.h. */
+/* Legacy CUDA IPC on pooled memory: ipc.h.  Pinned host and managed
+ * memory: kept_store.h.  Other processes on the device: share.h. */
 
+/* ---- contexts ----------------------------------------------------------------- */
+
+/* Asks the registry for the state of ctx and fills the thread's cache. */
+cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation);
+/* The thread's cached state of its current context (*ctx, as of
+ * *generation), or NULL when the cache misses or holds none; *ctx is NULL
+ * when no context is current. */
+static inline cupool_context_t *cupool_context_from_cache(CUcontext *ctx, unsigned *generation)
+{
+    if (cupool_hot.ctx_get_current(ctx) != CUDA_SUCCESS) *ctx = NULL;
+    if (!*ctx) return NULL;
+    *generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
+    if (CUPOOL_LIKELY(cupool_thread.context_handle == *ctx && cupool_thread.context_generation == *generation))
+        return cupool_thread.context;
+    return NULL;
+}
 /* The state of the calling thread's current context, created on first use;
  * NULL when no context is current or cupool cannot pool there.  Inline: the
  * thread's cache answers nearly every time. */
@@ -45,43 +65,107 @@ static inline cupool_context_t *cupool_current_context(void)
     if (CUPOOL_LIKELY(c) || !ctx) return c;
     return cupool_context_lookup(ctx, generation);
 }
-/* The same for the fast paths (shims/memory.c), from the thread's cache alone:
- * NULL when it misses, and the general path then looks the context up.
- * What they serve is counted in the thread's line (cupool_stats_fast_*),
- * for the device of the context cached. */
-static inline cupool_context_t *cupool_cached_context(void)
-{
-    CUcontext ctx = NULL;
-    unsigned generation;
-    return cupool_context_from_cache(&ctx, &generation);
-}
-/* An `ordered` allocation: a block the context freed earlier, else one
- * from the pool on the legacy stream; CUPOOL_CAPTURE_IN_PROGRESS when a
- * capture keeps it off the legacy stream. */
-static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
-{
-    /* An empty store costs one look at the context's first line, no call. */
-    if (CUPOOL_HINT_READ(c->ready_oldest)) {
-        CUresult r = cupool_ordered_reuse(c, size, dptr);
-        if (r != CUDA_ERROR_NOT_FOUND) return r;
-    }
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
-    return cupool_legacy_pool_call(pool, dptr, size);
-}
-static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
-{
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
-    return cupool_legacy_pool_call(NULL, &ptr, 0);
-}
+/* The state of a given context, created on first use (must be current). */
+cupool_context_t *cupool_context_of(CUcontext ctx);
+/* What the shims read of a context's state: its driver handle, its
+ * device's ordinal, whether pools serve that device and whether they are
+ * exportable (CUPOOL_IPC), and the free mode in force (CUPOOL_FREE_*). */
+CUcontext cupool_context_handle(const cupool_context_t *c);
+int cupool_context_ordinal(const cupool_context_t *c);
+int cupool_context_pooled(const cupool_context_t *c);
+int cupool_context_exportable(const cupool_context_t *c);
+int cupool_context_mode(const cupool_context_t *c);
+/* The context is its device's primary one (cuDevicePrimaryCtxRetain). */
+void cupool_context_set_primary(cupool_context_t *c);
+/* Whether any device's allocations are served from pools. */
+int cupool_pools_in_use(void);
 
-static inline CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, int kept)
-{
-    if (kept || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
-        return cupool_free_block_slow(c, o, kept);
-    /* On the legacy stream: ordered after the legacy, blocking and
-     * per-thread streams' uses in stream order too, not only in time. */
-    CUresult r = cupool_ordered_free(c, o->ptr);
-    return CUPOOL_LIKELY(r == CUDA_SUCCESS) ? r : cupool_free_failed(o, r);
-}
+/* ---- allocation ----------------------------------------------------------------- */
+
+/* The fast path of cuMemAlloc (alloc.c): what nearly every allocation of a
+ * program under cupool's default settings needs, served from the thread's
+ * cached context; 1 when served (the block in the origin table and
+ * counted), 0 before it changed anything: the general path then decides
+ * from the start. */
+int cupool_alloc_fast(CUdeviceptr *dptr, size_t size);
+/* The pool serving a request of this size in the context, or NULL when it
+ * must go native (no pool, a size out of bounds, CUPOOL_LIMIT reached). */
+CUmemoryPool cupool_pick_pool(cupool_context_t *c, size_t size);
+/* Allocates a block from pool in the context's free mode (the context
+ * current): a block freed earlier, or the pool on the legacy stream
+ * (`ordered`) or on cupool's own stream, complete before it returns.
+ * *mode: the free mode it was allocated under.  The driver's answer. */
+CUresult cupool_alloc_block(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size, int *mode);
+/* Before an allocation that ran out of memory is tried again: the memory
+ * the pools keep on c's device may be what is missing.  Every context on
+ * the device hands back what it holds freed, the pools trim, and the
+ * managed blocks the kept store holds go back to the driver (they may
+ * hold device memory too).  Counted. */
+void cupool_trim_for_retry(cupool_context_t *c);
+/* Adds delta to the bytes the context's device's pools serve (kept only
+ * where something reads it: CUPOOL_LIMIT, the log and the statistics). */
+void cupool_context_used(cupool_context_t *c, int64_t delta);
+/* What the device's pools reserve, asked of the driver only when it may
+ * have changed (for the log and statistics); and what the context holds
+ * freed, ready for reuse and waiting for fences (hints). */
+uint64_t cupool_context_reserved_recent(cupool_context_t *c, uint64_t now_ns);
+uint64_t cupool_context_ready_bytes(const cupool_context_t *c);
+uint64_t cupool_context_waiting_bytes(const cupool_context_t *c);
+/* The memory cuMemGetInfo counts free beside the driver's answer: what the
+ * device's pools reserve and do not use, and the context's ready blocks. */
+uint64_t cupool_context_idle_bytes(cupool_context_t *c);
+
+/* ---- free ------------------------------------------------------------------------- */
+
+/* What cupool_free_block does with a block (cupool_free_keeps_block's answer). */
+enum cupool_free_how {
+    CUPOOL_FREE_NOW = 0,  /* back to its pool now, in the context's mode */
+    CUPOOL_FREE_KEPT = 1, /* kept for a while, marked freed in the origin table */
+};
+/* The fast path of cuMemFree (free/free_modes.c), the counterpart of
+ * cupool_alloc_fast: 1 when served, *result then holds the driver's answer
+ * (a refused free leaves the block the program's). */
+int cupool_free_fast(CUdeviceptr dptr, CUresult *result);
+/* Whether cupool keeps this block when the program frees it now: a
+ * `deferred` free, a free during a capture, or an `ordered` free kept for
+ * reuse (the block stays in the origin table, marked freed, until it goes
+ * back to its pool). */
+int cupool_free_keeps_block(const cupool_origin_t *o);
+/* Frees a block the program freed (its context current), as
+ * cupool_free_keeps_block decided (how): the free's one mode dispatch. */
+CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, enum cupool_free_how how);
+
+/* ---- contexts' lifecycle (lifecycle.c, devices.c, for shims/context.c) ------------- */
+
+/* A context cuCtxDestroy is about to destroy (unless it is a primary one,
+ * or not valid); a device's primary context about to be reset; about to be
+ * released (its ready blocks go back first, on its own stream); released,
+ * and gone if the driver says it is no longer active; peer access granted
+ * to, or taken from, the calling thread's device on peer's device. */
+void cupool_context_destroying(CUcontext ctx);
+void cupool_primary_resetting(int ordinal);
+void cupool_primary_releasing(int ordinal);
+void cupool_primary_released(int ordinal);
+void cupool_peer_access(CUcontext peer, int enable);
+
+/* ---- streams and captures (for shims/stream.c) --------------------------------------- */
+
+/* A new stream of the calling thread's context, and a stream about to be
+ * destroyed (contexts.c). */
+void cupool_track_stream(CUstream stream, unsigned flags);
+void cupool_forget_stream(CUstream stream);
+/* A context the driver destroyed: the captures begun in it are over
+ * (capture.c). */
+void cupool_captures_context_gone(CUcontext ctx);
+/* A capture beginning (the capture shims): counted from before it begins,
+ * inside the capture gate (enter), then listed by the stream it began on,
+ * or uncounted if it did not begin (done, which leaves the gate). */
+void cupool_capture_begin_enter(void);
+CUresult cupool_capture_begin_done(CUstream stream, CUresult r);
+/* Takes off the list the captures begun on stream (any context), or in ctx
+ * (any stream), and uncounts them; returns how many there were. */
+int cupool_capture_take(CUstream stream, CUcontext ctx);
+/* A capture that ended without being on the list: uncounts it. */
+void cupool_capture_uncounted(void);
 
 #endif

@@ -3,7 +3,7 @@
  * Legacy CUDA IPC on pooled memory (CUPOOL_IPC, ipc.h).  The driver
  * refuses cuIpcGetMemHandle on pool memory, so cupool answers it itself for
  * the blocks of its exportable pools (created with a POSIX file-descriptor
- * handle type, registry.c):
+ * handle type, devices.c):
  *
  *   - the exporter's handle names this process's IPC socket (a Unix socket
  *     in CUPOOL_IPC_DIR, 0600, named by the user, the pid and 8 random
@@ -43,6 +43,7 @@
  * parked blocks of that context before its state goes.
  */
 #define _GNU_SOURCE
+#include "state.h"
 #include "ipc.h"
 
 #include <dirent.h>
@@ -314,6 +315,7 @@ static void export_remove(export_t *e)
  * (cupool_ipc_owner_frees synchronized): the legacy stream will do. */
 static void release_parked(export_t *e)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     cupool_context_t *c = e->origin.owner;
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     int pushed = cupool_enter_context(c->ctx);
@@ -355,6 +357,7 @@ static held_t *held_by_tag(conn_t *k, const uint8_t tag[16])
 /* Answers an open; 0 when the connection stays usable.  ipc_lock held. */
 static int answer_open(conn_t *k)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     ipc_reply_t reply;
     memset(&reply, 0, sizeof reply);
     reply.seq = k->req.seq;
@@ -385,6 +388,7 @@ static int answer_open(conn_t *k)
  * last).  ipc_lock held. */
 static void answer_close(conn_t *k)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     held_t *h = held_by_tag(k, k->req.tag);
     if (!h) return;
     export_t *e = export_by_tag(k->req.tag);
@@ -396,6 +400,7 @@ static void answer_close(conn_t *k)
  * ipc_lock held; the socket does not block. */
 static int serve_conn(int i)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     conn_t *k = &conns[i];
     for (;;) {
         ssize_t n = recv(k->fd, (char *)&k->req + k->got, sizeof k->req - k->got, MSG_DONTWAIT);
@@ -421,6 +426,7 @@ static int serve_conn(int i)
  * ipc_lock held. */
 static void accept_one(void)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
         /* The listening socket stays readable while a connection waits:
@@ -634,6 +640,7 @@ static int bind_private(void)
 static int serve_try(void);
 static int serve_start(void)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     if (serving) return 0;
     if (serve_failed) return -1;
     if (serve_try() == 0) return 0;
@@ -880,6 +887,7 @@ lost:
  * ipc_lock held; NULL when out of memory. */
 static peer_t *peer_use(const ipc_handle_t *h)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     for (int i = 0; i < npeers; i++)
         if (memcmp(peers[i]->server, h->server, 8) == 0 && peers[i]->pid == h->pid) {
             peers[i]->users++;
@@ -901,6 +909,7 @@ static peer_t *peer_use(const ipc_handle_t *h)
 /* One user fewer; the last closes the connection.  ipc_lock held. */
 static void peer_drop(peer_t *p)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     if (--p->users > 0) return;
     for (int i = 0; i < npeers; i++)
         if (peers[i] == p) peers[i] = peers[--npeers];
@@ -915,6 +924,7 @@ static void peer_drop(peer_t *p)
 static CUresult imported_pool(const ipc_handle_t *h, const ipc_reply_t *reply, int pool_fd, int ordinal,
                               CUmemoryPool *out)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     imported_pool_t *p = NULL;
     for (int i = 0; i < nipools && !p; i++)
         if (memcmp(ipools[i].server, h->server, 8) == 0 && ipools[i].pool_key == reply->pool_key) p = &ipools[i];
@@ -956,6 +966,7 @@ static CUresult imported_pool(const ipc_handle_t *h, const ipc_reply_t *reply, i
  * ipc_lock; NULL when it stays).  ipc_lock held. */
 static CUmemoryPool imported_pool_drop(const uint8_t server[8], uint64_t pool_key)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     for (int i = 0; i < nipools; i++) {
         imported_pool_t *p = &ipools[i];
         if (memcmp(p->server, server, 8) != 0 || p->pool_key != pool_key) continue;
@@ -971,6 +982,7 @@ static CUmemoryPool imported_pool_drop(const uint8_t server[8], uint64_t pool_ke
  * pointer, as the driver documents; ipc_lock held. */
 static int reopen(const ipc_handle_t *h, CUcontext ctx, CUdeviceptr *dptr)
 {
+    CUPOOL_ASSERT_HELD(&ipc_lock);
     for (int i = 0; i < nimports; i++) {
         import_t *im = &imports[i];
         if (memcmp(im->server, h->server, 8) == 0 && memcmp(im->tag, h->tag, 16) == 0 && im->ctx == ctx) {

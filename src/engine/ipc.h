@@ -6,7 +6,7 @@
 #ifndef CUPOOL_ENGINE_IPC_H
 #define CUPOOL_ENGINE_IPC_H
 
-#include "state.h"
+#include "origin.h"
 
 /* cupool_ipc_export fills a handle for block o (CUDA_ERROR_INVALID_VALUE
  * when its pool cannot be exported).  cupool_ipc_is_ours says whether a

@@ -3,14 +3,21 @@
  * The kept store (kept_store.h): pinned host and managed blocks the driver
  * allocated for the program, tracked while in use and kept, once freed, for
  * the next allocation of their call, flags, size and context.  One lock
- * guards it all; it is taken before registry_lock and a context's lock,
- * never after, so that a context's teardown (which takes it) cannot be
- * interleaved with a free that records fences in that context.
+ * guards it all; it is taken before cupool_registry_lock (contexts.c) and
+ * a context's lock, never after, so that a context's teardown (which takes
+ * it) cannot be interleaved with a free that records fences in that
+ * context.
  */
-#include "engine.h"
-#include "free_store.h"
+#include "free/free.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* A block the store cannot index (no host memory for uthash's buckets)
+ * goes to the driver's free instead: never uthash's exit(). */
+#define HASH_NONFATAL_OOM 1
+#define HASH_FUNCTION CUPOOL_WORD_HASH
+#include <uthash.h>
 
 /* A free records a fence in every context cupool knows: past this many,
  * the block goes back to the driver instead (whose free waits for the
@@ -49,7 +56,7 @@ typedef struct kept_key {
 struct kept_block {
     tracked_t *t;                 /* its record: pointer, id, and that it is kept */
     kept_block_t *next;           /* in its key's list */
-    kept_block_t *older, *newer;  /* in its class's list (pinned host, managed), oldest first */
+    kept_block_t *older, *newer;  /* in its class's list, oldest first */
     int nfences;                  /* fences not yet seen complete */
     struct {
         cupool_context_t *c;
@@ -60,21 +67,21 @@ struct kept_block {
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static tracked_t *tracked;
 static kept_key_t *keys;
-/* Per class (1: pinned host, 0: managed), the kept blocks oldest first. */
-static kept_block_t *oldest[2], *newest[2];
+/* Per class (enum cupool_kept_class), the kept blocks oldest first. */
+static kept_block_t *oldest[CUPOOL_KEPT_CLASSES], *newest[CUPOOL_KEPT_CLASSES];
 /* Kept blocks advice reached during a capture, to be freed by the driver
  * when their key is next asked for: the kept blocks whose record is marked
  * touched (a block is kept only untouched, and served again untouched). */
 static size_t marked;
 
-static int is_host(int kind)
+static enum cupool_kept_class class_of(int kind)
 {
-    return kind != CUPOOL_KEPT_MANAGED;
+    return kind == CUPOOL_KEPT_MANAGED ? CUPOOL_KEPT_CLASS_MANAGED : CUPOOL_KEPT_CLASS_HOST;
 }
 
-static cupool_kept_stats_t *stats_of(int host)
+static cupool_kept_stats_t *stats_of(enum cupool_kept_class cls)
 {
-    return &cupool_kept_stats[host ? CUPOOL_KEPT_STATS_HOST : CUPOOL_KEPT_STATS_MANAGED];
+    return &cupool_kept_stats[cls];
 }
 
 static void count(atomic_ullong *counter)
@@ -83,15 +90,15 @@ static void count(atomic_ullong *counter)
 }
 
 /* The bytes a class keeps: its statistics counter, written under kept_lock. */
-static uint64_t kept_bytes(int host)
+static uint64_t kept_bytes(enum cupool_kept_class cls)
 {
-    return atomic_load_explicit(&stats_of(host)->kept_bytes, memory_order_relaxed);
+    return atomic_load_explicit(&stats_of(cls)->kept_bytes, memory_order_relaxed);
 }
 
-static void add_kept_bytes(int host, int64_t delta)
+static void add_kept_bytes(enum cupool_kept_class cls, int64_t delta)
 {
-    cupool_kept_stats_t *s = stats_of(host);
-    uint64_t bytes = kept_bytes(host) + (uint64_t)delta;
+    cupool_kept_stats_t *s = stats_of(cls);
+    uint64_t bytes = kept_bytes(cls) + (uint64_t)delta;
     atomic_store_explicit(&s->kept_bytes, bytes, memory_order_relaxed);
     if (bytes > atomic_load_explicit(&s->peak_kept, memory_order_relaxed))
         atomic_store_explicit(&s->peak_kept, bytes, memory_order_relaxed);
@@ -100,20 +107,22 @@ static void add_kept_bytes(int host, int64_t delta)
 int cupool_kept_serves(enum cupool_kept_kind kind)
 {
     if (!cupool_active() || cupool_option_started(CUPOOL_OPT_POLICY) == CUPOOL_POLICY_OFF) return 0;
-    return cupool_option_started(is_host(kind) ? CUPOOL_OPT_HOST : CUPOOL_OPT_MANAGED) != 0;
+    return cupool_option_started(class_of(kind) == CUPOOL_KEPT_CLASS_HOST ? CUPOOL_OPT_HOST : CUPOOL_OPT_MANAGED) != 0;
 }
 
 /* The driver's free of a block, in the context that allocated it. */
 static CUresult driver_free(const tracked_t *t)
 {
     int pushed = cupool_enter_context(t->id.owner->ctx);
-    CUresult r = is_host(t->id.kind) ? real_cuMemFreeHost((void *)t->ptr) : real_cuMemFree_v2((CUdeviceptr)t->ptr);
+    CUresult r = class_of(t->id.kind) == CUPOOL_KEPT_CLASS_HOST ? real_cuMemFreeHost((void *)t->ptr)
+                                                                 : real_cuMemFree_v2((CUdeviceptr)t->ptr);
     cupool_leave_context(pushed);
     return r;
 }
 
 static tracked_t *find_tracked(uintptr_t ptr)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     tracked_t *t = NULL;
     if (tracked) HASH_FIND(hh, tracked, &ptr, sizeof ptr, t);
     return t;
@@ -121,6 +130,7 @@ static tracked_t *find_tracked(uintptr_t ptr)
 
 static void untrack(tracked_t *t)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     HASH_DEL(tracked, t);
     free(t);
 }
@@ -129,6 +139,7 @@ static void untrack(tracked_t *t)
 
 static int fences_passed(kept_block_t *b)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     while (b->nfences > 0) {
         int i = b->nfences - 1;
         if (!cupool_fence_passed(b->fences[i].c, b->fences[i].ev, 0)) return 0;
@@ -139,12 +150,14 @@ static int fences_passed(kept_block_t *b)
 
 static void forget_fences(kept_block_t *b)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     for (int i = 0; i < b->nfences; i++) cupool_fence_forget(b->fences[i].c, b->fences[i].ev);
     b->nfences = 0;
 }
 
 static kept_key_t *find_key(const kept_id_t *id)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     kept_key_t *key = NULL;
     HASH_FIND(hh, keys, id, sizeof *id, key);
     return key;
@@ -154,8 +167,9 @@ static kept_key_t *find_key(const kept_id_t *id)
  * size, flags and context) and its class's. */
 static void unlink_block(kept_block_t *b)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     const kept_id_t *id = &b->t->id;
-    int host = is_host(id->kind);
+    enum cupool_kept_class cls = class_of(id->kind);
     kept_key_t *key = find_key(id);
     kept_block_t **p = &key->oldest, *before = NULL;
     for (; *p != b; p = &(*p)->next) before = *p;
@@ -166,16 +180,17 @@ static void unlink_block(kept_block_t *b)
         free(key);
     }
     if (b->older) b->older->newer = b->newer;
-    else oldest[host] = b->newer;
+    else oldest[cls] = b->newer;
     if (b->newer) b->newer->older = b->older;
-    else newest[host] = b->older;
-    add_kept_bytes(host, -(int64_t)id->size);
+    else newest[cls] = b->older;
+    add_kept_bytes(cls, -(int64_t)id->size);
 }
 
 /* Adds b (its fences recorded) as the newest of its key and class; 0 when
  * there is no host memory for its key. */
 static int link_newest(kept_block_t *b)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     const kept_id_t *id = &b->t->id;
     kept_key_t *key = find_key(id);
     if (!key) {
@@ -187,29 +202,30 @@ static int link_newest(kept_block_t *b)
             return 0;
         }
     }
-    int host = is_host(id->kind);
+    enum cupool_kept_class cls = class_of(id->kind);
     b->next = NULL;
     if (key->oldest) key->newest->next = b;
     else key->oldest = b;
     key->newest = b;
     b->newer = NULL;
-    b->older = newest[host];
-    if (newest[host]) newest[host]->newer = b;
-    else oldest[host] = b;
-    newest[host] = b;
-    add_kept_bytes(host, (int64_t)id->size);
+    b->older = newest[cls];
+    if (newest[cls]) newest[cls]->newer = b;
+    else oldest[cls] = b;
+    newest[cls] = b;
+    add_kept_bytes(cls, (int64_t)id->size);
     return 1;
 }
 
 /* Takes a kept block out of the store and out of cupool's records; the
  * driver frees it unless its context is already gone (and its memory with
  * it). */
-static void drop_block(kept_block_t *b, int driver_frees)
+static void drop_block(kept_block_t *b, enum cupool_context_end end)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     if (b->t->touched) marked--;
     unlink_block(b);
     forget_fences(b);
-    if (driver_frees) driver_free(b->t);
+    if (end == CUPOOL_CONTEXT_ALIVE) driver_free(b->t);
     untrack(b->t);
     free(b);
 }
@@ -218,6 +234,7 @@ static void drop_block(kept_block_t *b, int driver_frees)
 
 static int track(uintptr_t ptr, const kept_id_t *id)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     tracked_t *t = malloc(sizeof *t);
     if (!t) return 0;
     *t = (tracked_t){.ptr = ptr, .id = *id};
@@ -231,6 +248,7 @@ static int track(uintptr_t ptr, const kept_id_t *id)
  * out of the store and in use again; 0 when there is none. */
 static uintptr_t take_kept(const kept_id_t *id)
 {
+    CUPOOL_ASSERT_HELD(&kept_lock);
     kept_key_t *key = find_key(id);
     /* Blocks of the key advice reached during a capture
      * (cupool_kept_mark_touched): the driver frees them now, no capture
@@ -239,8 +257,8 @@ static uintptr_t take_kept(const kept_id_t *id)
     for (kept_block_t *b = marked && key ? key->oldest : NULL, *next; b; b = next) {
         next = b->next;
         if (!b->t->touched) continue;
-        count(&stats_of(is_host(id->kind))->advice_frees);
-        drop_block(b, 1);
+        count(&stats_of(class_of(id->kind))->advice_frees);
+        drop_block(b, CUPOOL_CONTEXT_ALIVE);
         dropped = 1;
     }
     if (dropped) key = find_key(id);
@@ -256,6 +274,7 @@ static uintptr_t take_kept(const kept_id_t *id)
 CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_fn *driver, uintptr_t *ptr,
                            size_t size, unsigned flags, int *route)
 {
+    CUPOOL_ASSERT_NOT_HELD(&kept_lock);
     *route = CUPOOL_ROUTE_NATIVE;
     cupool_context_t *c = ptr && size ? cupool_current_context() : NULL;
     if (!c) return driver(ptr, size, flags);
@@ -265,8 +284,8 @@ CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_
     id.owner = c;
     id.kind = kind;
     id.flags = flags;
-    int host = is_host(kind);
-    cupool_kept_stats_t *s = stats_of(host);
+    enum cupool_kept_class cls = class_of(kind);
+    cupool_kept_stats_t *s = stats_of(cls);
 
     pthread_mutex_lock(&kept_lock);
     uintptr_t kept = take_kept(&id);
@@ -279,8 +298,8 @@ CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_
         return CUDA_SUCCESS;
     }
     CUresult r = driver(ptr, size, flags);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && kept_bytes(host)) {
-        cupool_kept_release(host);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && kept_bytes(cls)) {
+        cupool_kept_release(cls);
         r = driver(ptr, size, flags);
     }
     if (r != CUDA_SUCCESS) return r;
@@ -309,8 +328,9 @@ static int record_fence(cupool_context_t *c, void *arg)
  * the driver free it).  kept_lock held. */
 static int keep(tracked_t *t)
 {
-    int host = is_host(t->id.kind);
-    uint64_t limit = cupool_option_started(host ? CUPOOL_OPT_HOST_KEEP : CUPOOL_OPT_MANAGED_KEEP);
+    CUPOOL_ASSERT_HELD(&kept_lock);
+    enum cupool_kept_class cls = class_of(t->id.kind);
+    uint64_t limit = cupool_option_started(cls == CUPOOL_KEPT_CLASS_HOST ? CUPOOL_OPT_HOST_KEEP : CUPOOL_OPT_MANAGED_KEEP);
     if (t->id.size > limit) return 0;
     kept_block_t *b = malloc(sizeof *b);
     if (!b) return 0;
@@ -327,21 +347,22 @@ static int keep(tracked_t *t)
         return 0;
     }
     t->kept = 1;
-    while (kept_bytes(host) > limit) {
-        count(&stats_of(host)->limit_frees);
-        drop_block(oldest[host], 1);
+    while (kept_bytes(cls) > limit) {
+        count(&stats_of(cls)->limit_frees);
+        drop_block(oldest[cls], CUPOOL_CONTEXT_ALIVE);
     }
     return 1;
 }
 
-int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int *route, CUresult *result)
+int cupool_kept_free(enum cupool_kept_class cls, uintptr_t ptr, size_t *size, unsigned *flags, int *route,
+                     CUresult *result)
 {
     if (!ptr || !cupool_active()) return 0;
     pthread_mutex_lock(&kept_lock);
     tracked_t *t = find_tracked(ptr);
     /* cuMemFreeHost of managed memory, or cuMemFree of pinned host memory:
      * the driver's answer. */
-    if (!t || is_host(t->id.kind) != host) {
+    if (!t || class_of(t->id.kind) != cls) {
         pthread_mutex_unlock(&kept_lock);
         return 0;
     }
@@ -355,7 +376,7 @@ int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int
         *result = CUDA_ERROR_INVALID_VALUE;
         return 1;
     }
-    cupool_kept_stats_t *s = stats_of(host);
+    cupool_kept_stats_t *s = stats_of(cls);
     count(&s->frees);
     if (!t->touched && keep(t)) {
         count(&s->kept_frees);
@@ -409,7 +430,7 @@ void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
     if (size > 1 && (!found || ptr + size - 1 >= hi)) widen_to_mapping(ptr + size - 1, &lo, &hi);
     int capturing = cupool_capturing();
     pthread_mutex_lock(&kept_lock);
-    for (kept_block_t *b = oldest[0], *newer; b; b = newer) {
+    for (kept_block_t *b = oldest[CUPOOL_KEPT_CLASS_MANAGED], *newer; b; b = newer) {
         newer = b->newer;
         if (!meets(b->t, lo, hi)) continue;
         if (capturing) {
@@ -417,40 +438,44 @@ void cupool_kept_mark_touched(uintptr_t ptr, size_t size)
             b->t->touched = 1;
             continue;
         }
-        count(&stats_of(0)->advice_frees);
-        drop_block(b, 1);
+        count(&stats_of(CUPOOL_KEPT_CLASS_MANAGED)->advice_frees);
+        drop_block(b, CUPOOL_CONTEXT_ALIVE);
     }
     for (tracked_t *t = tracked; t; t = t->hh.next)
         if (meets(t, lo, hi)) t->touched = 1;
     pthread_mutex_unlock(&kept_lock);
 }
 
-void cupool_kept_release(int host)
+void cupool_kept_release(enum cupool_kept_class cls)
 {
     pthread_mutex_lock(&kept_lock);
-    while (oldest[host]) {
-        count(&stats_of(host)->oom_frees);
-        drop_block(oldest[host], 1);
+    while (oldest[cls]) {
+        count(&stats_of(cls)->oom_frees);
+        drop_block(oldest[cls], CUPOOL_CONTEXT_ALIVE);
     }
     pthread_mutex_unlock(&kept_lock);
 }
 
 /* ---- contexts and fork ----------------------------------------------------- */
 
-void cupool_kept_forget_context(cupool_context_t *c, int alive)
+/* A context is being destroyed (current, synchronized: alive), or is
+ * already gone with its memory and events: its kept blocks go back to the
+ * driver (unless gone), its tracked ones are forgotten, its fences in other
+ * blocks count as completed.  Called at its teardown (cupool_teardown_fn). */
+static void forget_context(cupool_context_t *c, enum cupool_context_end end)
 {
     pthread_mutex_lock(&kept_lock);
-    for (int host = 0; host < 2; host++) {
-        for (kept_block_t *b = oldest[host], *newer; b; b = newer) {
+    for (int cls = 0; cls < CUPOOL_KEPT_CLASSES; cls++) {
+        for (kept_block_t *b = oldest[cls], *newer; b; b = newer) {
             newer = b->newer;
             /* The context's fences in other blocks: its work is done. */
             for (int i = 0; i < b->nfences; i++) {
                 if (b->fences[i].c != c) continue;
-                if (alive) cupool_fence_forget(c, b->fences[i].ev);
+                if (end == CUPOOL_CONTEXT_ALIVE) cupool_fence_forget(c, b->fences[i].ev);
                 b->fences[i--] = b->fences[--b->nfences];
             }
             /* Natively the context's memory goes with it. */
-            if (b->t->id.owner == c) drop_block(b, alive);
+            if (b->t->id.owner == c) drop_block(b, end);
         }
     }
     /* Its blocks in use. */
@@ -484,13 +509,13 @@ static void fork_child(void)
         HASH_DEL(keys, key);
         free(key);
     }
-    for (int host = 0; host < 2; host++) {
-        for (kept_block_t *b = oldest[host], *newer; b; b = newer) {
+    for (int cls = 0; cls < CUPOOL_KEPT_CLASSES; cls++) {
+        for (kept_block_t *b = oldest[cls], *newer; b; b = newer) {
             newer = b->newer;
             free(b);
         }
-        oldest[host] = newest[host] = NULL;
-        atomic_store_explicit(&stats_of(host)->kept_bytes, 0, memory_order_relaxed);
+        oldest[cls] = newest[cls] = NULL;
+        atomic_store_explicit(&stats_of(cls)->kept_bytes, 0, memory_order_relaxed);
     }
     marked = 0;
     pthread_mutex_init(&kept_lock, NULL);
@@ -499,5 +524,5 @@ static void fork_child(void)
 void cupool_kept_start(void)
 {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    cupool_context_on_teardown(cupool_kept_forget_context);
+    cupool_context_on_teardown(forget_context);
 }

@@ -17,7 +17,7 @@
 #ifndef CUPOOL_KEPT_STORE_H
 #define CUPOOL_KEPT_STORE_H
 
-#include "state.h"
+#include "origin.h"
 
 /* The kinds of memory the store keeps; the call that made a block is part
  * of its kind, so that a block only ever serves the call that made it. */
@@ -26,6 +26,16 @@ enum cupool_kept_kind {
     CUPOOL_KEPT_HOST_ALLOC, /* cuMemHostAlloc */
     CUPOOL_KEPT_MANAGED,    /* cuMemAllocManaged */
     CUPOOL_KEPT_KINDS
+};
+
+/* The two classes the store keeps apart, each with its own list, limit
+ * and statistics (cupool_kept_stats[class], base/stats.h, whose indices
+ * these are): pinned host memory (cuMemAllocHost, cuMemHostAlloc) and
+ * managed memory (cuMemAllocManaged). */
+enum cupool_kept_class {
+    CUPOOL_KEPT_CLASS_MANAGED = CUPOOL_KEPT_STATS_MANAGED,
+    CUPOOL_KEPT_CLASS_HOST = CUPOOL_KEPT_STATS_HOST,
+    CUPOOL_KEPT_CLASSES = 2
 };
 
 /* Its fork handlers and its part in a context's teardown; after
@@ -47,14 +57,16 @@ typedef CUresult cupool_kept_driver_alloc_fn(uintptr_t *ptr, size_t size, unsign
 CUresult cupool_kept_alloc(enum cupool_kept_kind kind, cupool_kept_driver_alloc_fn *driver, uintptr_t *ptr,
                            size_t size, unsigned flags, int *route);
 
-/* A free of ptr as pinned host (cuMemFreeHost: host 1) or managed
- * (cuMemFree: host 0) memory: 0 when cupool does not track such a block
- * there (the caller asks the driver).  Else 1: the block is kept, or freed
- * by the driver (a managed block the program gave advice for or attached
- * to a stream, a block larger than the limit, a fence that cannot be set),
- * *result is CUDA_SUCCESS or that free's answer, and *size, *flags and
- * *route (CUPOOL_ROUTE_POOL: kept) describe it. */
-int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int *route, CUresult *result);
+/* A free of ptr as pinned host (cuMemFreeHost: CUPOOL_KEPT_CLASS_HOST) or
+ * managed (cuMemFree: CUPOOL_KEPT_CLASS_MANAGED) memory: 0 when cupool
+ * does not track such a block there (the caller asks the driver).  Else
+ * 1: the block is kept, or freed by the driver (a managed block the
+ * program gave advice for or attached to a stream, a block larger than the
+ * limit, a fence that cannot be set), *result is CUDA_SUCCESS or that
+ * free's answer, and *size, *flags and *route (CUPOOL_ROUTE_POOL: kept)
+ * describe it. */
+int cupool_kept_free(enum cupool_kept_class cls, uintptr_t ptr, size_t *size, unsigned *flags, int *route,
+                     CUresult *result);
 
 /* The program gave advice for or attached to a stream the managed range
  * [ptr, ptr + size) (size 0: the block at ptr).  Every managed block in the
@@ -63,15 +75,9 @@ int cupool_kept_free(int host, uintptr_t ptr, size_t *size, unsigned *flags, int
  * so that no later allocation inherits advice it was not given. */
 void cupool_kept_mark_touched(uintptr_t ptr, size_t size);
 
-/* Hands every kept block of the kinds `host` selects (1: pinned host, 0:
- * managed) back to the driver: memory is short. */
-void cupool_kept_release(int host);
-
-/* A context is being destroyed (current, synchronized): its kept blocks go
- * back to the driver, its tracked ones are forgotten, its fences in other
- * blocks count as completed.  alive 0: the context is already gone, and
- * with it its memory and events. */
-void cupool_kept_forget_context(cupool_context_t *c, int alive);
+/* Hands every kept block of the class back to the driver: memory is
+ * short. */
+void cupool_kept_release(enum cupool_kept_class cls);
 
 /* Its statistics: cupool_kept_stats (base/stats.h). */
 

@@ -59,6 +59,7 @@ static shard_t shards[SHARDS];
 /* The hinted entry if it is ptr's, or NULL; shard lock held. */
 static entry_t *hinted(shard_t *s, entry_t *hint, CUdeviceptr ptr)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&s->lock);
     return hint && &shards[hint->shard] == s && hint->origin.ptr == ptr ? hint : NULL;
 }
 
@@ -76,6 +77,7 @@ static void shard_unlock(shard_t *s)
  * Out of line: retire() calls it once per RETIRED_MAX retirements at most. */
 static __attribute__((noinline, cold)) void recycle(shard_t *s, entry_t *e)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&s->lock);
     HASH_DEL(s->table, e);
     e->retired = 0;     /* a stale ring slot naming it leaves it alone */
     e->origin.ptr = 0;  /* and so does a thread's hint (no lookup asks for 0) */
@@ -91,6 +93,7 @@ static __attribute__((noinline, cold)) void recycle(shard_t *s, entry_t *e)
  * not recycled).  Shard lock held. */
 static inline void retire(shard_t *s, entry_t *e)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&s->lock);
     entry_t *oldest = s->ring[s->next];
     if (oldest && oldest->retired && oldest->slot == s->next) recycle(s, oldest);
     e->retired = 1;
@@ -104,6 +107,7 @@ static inline void retire(shard_t *s, entry_t *e)
 /* The live entry of ptr, or NULL; shard lock held. */
 static inline entry_t *live(shard_t *s, CUdeviceptr ptr)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&s->lock);
     entry_t *e = hinted(s, cupool_thread.last_inserted, ptr);
     if (!e) HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     return e && !e->retired ? e : NULL;
@@ -128,6 +132,7 @@ static entry_t sentinels[SHARDS];
  * Shard lock held. */
 static entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&s->lock);
     if (!s->table) {
         HASH_ADD(hh, s->table, origin.ptr, sizeof(CUdeviceptr), &sentinels[s - shards]);
         if (!s->table) return NULL;
@@ -156,6 +161,7 @@ static entry_t *add_entry(shard_t *s, CUdeviceptr ptr)
  * always, and the path that does saves no registers.  Shard lock held. */
 static __attribute__((noinline)) entry_t *find_or_add(shard_t *s, CUdeviceptr ptr)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&s->lock);
     entry_t *e = NULL;
     if (CUPOOL_LIKELY(s->table)) HASH_FIND(hh, s->table, &ptr, sizeof ptr, e);
     return e ? e : add_entry(s, ptr);

@@ -10,12 +10,14 @@
 
 #include "../base/base.h"
 
-struct cupool_context;
+/* The engine's state of a context: opaque but to the engine's own files
+ * (state.h). */
+typedef struct cupool_context cupool_context_t;
 
 typedef struct cupool_origin {
     CUdeviceptr ptr;
     size_t size;
-    struct cupool_context *owner;
+    cupool_context_t *owner;
     CUmemoryPool pool;
     int mode;  /* CUPOOL_FREE_* the block was allocated under */
     int freed; /* the program freed it; cupool still holds it (deferred, or kept for reuse) */
@@ -51,7 +53,7 @@ int cupool_origin_mark_exported(CUdeviceptr ptr);
 /* Copies the record of the block starting at ptr without removing it; 0 if found. */
 int cupool_origin_find(CUdeviceptr ptr, cupool_origin_t *out);
 /* Removes every block owned by a context and not freed, calling fn on each. */
-void cupool_origin_drain(struct cupool_context *owner, void (*fn)(const cupool_origin_t *, void *), void *arg);
+void cupool_origin_drain(cupool_context_t *owner, void (*fn)(const cupool_origin_t *, void *), void *arg);
 /* Lock/unlock every shard around fork(). */
 void cupool_origin_lock_all(void);
 void cupool_origin_unlock_all(void);

@@ -48,6 +48,7 @@ static CUresult call_now(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
  * finds the lock free. */
 static void serve(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_SPIN_HELD(&c->queue.lock);
     cupool_queue_t *q = &c->queue;
     int was_in_front = cupool_thread.in_front;
     cupool_thread.in_front = 1;
@@ -130,8 +131,9 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
     return r->result;
 }
 
-/* An `ordered` free made out of line, for a block the store did not keep
- * (free_modes.c): what cupool_ordered_free (engine.h) makes inline. */
+/* An `ordered` free made out of line: for a block the store did not keep
+ * (free/free_modes.c), and cupool_ordered_free's (free/free.h) through the
+ * queue. */
 CUresult cupool_queue_free(cupool_context_t *c, CUdeviceptr ptr)
 {
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);

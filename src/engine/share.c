@@ -42,6 +42,7 @@
  * bound for two looks in a row, hands the excess back the same way.
  */
 #define _GNU_SOURCE
+#include "free/free.h"
 #include "share.h"
 #include "kept_store.h"
 
@@ -226,14 +227,14 @@ static int give_back_context(cupool_context_t *c, void *arg)
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     if (!g->seen) g->before = cupool_device_reserved(dev);
     g->seen = 1;
-    cupool_reclaim(c, 0);
-    cupool_deferred_return_ready(c);
+    cupool_reclaim(c);
+    cupool_ready_return_all(c);
     /* The frees just made on cupool's own stream (it holds nothing
      * else): done before the trim, or their memory would stay reserved.
      * Frees behind the program's work, on the legacy stream, are not
      * waited for. */
     real_cuStreamSynchronize(c->private_stream);
-    /* Frees ordered on the GPU behind `deferred`'s fences (deferred_fence.c)
+    /* Frees ordered on the GPU behind `deferred`'s fences (free/deferred_fence.c)
      * go on cupool's fence stream: a query shows the pool those the GPU has
      * passed, without a wait for the program's work. */
     pthread_mutex_lock(&c->lock);
@@ -329,7 +330,7 @@ static void answer(int fd)
         }
         int64_t released = ordinal >= 0 ? give_back(ordinal, 0) : -1;
         /* Managed memory lives on the device too, while it is there. */
-        if (released >= 0) cupool_kept_release(0);
+        if (released >= 0) cupool_kept_release(CUPOOL_KEPT_CLASS_MANAGED);
         give_end();
         if (released >= 0) {
             reply.status = SHARE_GAVE;
@@ -362,7 +363,7 @@ static int measure_context(cupool_context_t *c, void *arg)
     cupool_device_t *dev = c->device;
     int d = dev->ordinal;
     if (!dev->pooled || d < 0 || d >= CUPOOL_MAX_DEVICES) return 0;
-    look->ready[d] += cupool_deferred_ready_bytes(c);
+    look->ready[d] += cupool_ready_bytes(c);
     if (look->seen & (1ull << d)) return 0;
     look->seen |= 1ull << d;
     int pushed = cupool_enter_context(c->ctx);

@@ -9,7 +9,7 @@
 #ifndef CUPOOL_ENGINE_SHARE_H
 #define CUPOOL_ENGINE_SHARE_H
 
-#include "state.h"
+#include "origin.h"
 
 /* Makes this process's socket and starts the thread that answers other
  * processes (and hands idle memory back under CUPOOL_IDLE_KEEP); nothing

@@ -5,16 +5,18 @@
  * in force, a private stream, the live non-blocking streams, the queue of
  * deferred frees, the store of freed blocks ready for reuse), the inline
  * helpers that read it without calling out, and the functions the engine's
- * files call of each other.  registry.c keeps the free mode correct as the
- * program creates streams and contexts and enables peer access; the free
- * files (free_modes.c, ordered_keep.c, deferred_fence.c, ready_store.c) carry
- * frees out.  The shims see it through engine.h.
+ * files call of each other.  The registry (devices.c, contexts.c,
+ * lifecycle.c, their own header registry.h) keeps the free mode correct as
+ * the program creates streams and contexts and enables peer access; the free
+ * subsystem (free/, its header free/free.h) carries frees out.  The shims
+ * see none of it: their face is engine.h, where a
+ * context's state is opaque (tests/test_layers.sh checks that no shim or
+ * tool reaches this header).
  */
 #ifndef CUPOOL_ENGINE_STATE_H
 #define CUPOOL_ENGINE_STATE_H
 
-#include "../base/base.h"
-#include "origin.h"
+#include "engine.h"
 
 #include <pthread.h>
 
@@ -36,7 +38,7 @@ typedef struct cupool_device {
     atomic_ullong pool_used_at_ns;           /* ... and when (0: ask anew) */
 } __attribute__((aligned(64))) cupool_device_t; /* its first fields in one line */
 
-typedef struct deferred_block deferred_block_t;
+typedef struct freed_block freed_block_t;
 typedef struct {
     void *head;
     int count;
@@ -64,9 +66,9 @@ typedef struct {
  * the driver's own calls between two of cupool's evict what is spread out
  * (the pool and device number are here so that the fast paths need not
  * read the device's line or the options'). */
-typedef struct cupool_context {
+struct cupool_context {
     CUcontext ctx;
-    deferred_block_t *ready_oldest;          /* the store's oldest block (ready_store.c, c->lock; read without it
+    freed_block_t *ready_oldest;          /* the store's oldest block (free/ready_store.c, c->lock; read without it
                                                 by an `ordered` allocation, to find the store empty: fields
                                                 read so are written with CUPOOL_HINT_WRITE) */
     CUmemoryPool any_size_pool;              /* the pool of every size, no limit to count; else NULL */
@@ -75,9 +77,9 @@ typedef struct cupool_context {
     int ordinal;                             /* the device's */
     atomic_int threads;                      /* threads that have used it, at least (counted at their cache
                                                 misses, with the driver queue on): from 2 the queue is used */
-    deferred_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
+    freed_block_t *pending;               /* deferred frees no event covers yet (c->lock) */
     deferred_batch_t *head;                  /* batches waiting for their fences (c->lock) */
-    deferred_block_t *held;                  /* frees made during a capture (c->lock) */
+    freed_block_t *held;                  /* frees made during a capture (c->lock) */
     deferred_batch_t *tail;
     CUstream private_stream;                 /* non-blocking, cupool's own */
     int primary;
@@ -88,45 +90,50 @@ typedef struct cupool_context {
     uint64_t deferred_bytes;                 /* freed, waiting for fences (read without the lock as a hint) */
     uint64_t batch_start_ns;                 /* when the first pending free came */
     CUstream fence_stream;                   /* cupool's, waits for every stream's work */
-    int streams_folded;                      /* destroyed streams' work waited for on fence_stream (deferred_fence.c) */
+    int streams_folded;                      /* destroyed streams' work waited for on fence_stream
+                                                (free/deferred_fence.c) */
     CUevent scratch_event;                   /* recorded on each stream for the fence to wait on */
     CUevent *spare_events;
     int nspare, spare_cap;
-    cupool_spare_list_t spare_blocks;        /* records kept for reuse (free_store.h) */
+    cupool_spare_list_t spare_blocks;        /* records kept for reuse (free/free_store.h) */
     cupool_spare_list_t spare_batches;
     cupool_spare_list_t spare_sizes;
-    struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (ready_store.c) */
-    deferred_block_t *ready_newest;
+    struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (free/ready_store.c) */
+    freed_block_t *ready_newest;
     uint64_t ready_bytes;
-    int ready_empty;                         /* sizes in ready_sizes whose list is empty (ready_store.c) */
-    uint64_t fences;                         /* ordered fences recorded so far (ordered_keep.c) */
-    uint64_t kept;                           /* blocks `ordered` kept so far (ordered_keep.c) */
+    int ready_empty;                         /* sizes in ready_sizes whose list is empty (free/ready_store.c) */
+    uint64_t fences;                         /* ordered fences recorded so far (free/ordered_keep.c) */
+    uint64_t kept;                           /* blocks `ordered` kept so far (free/ordered_keep.c) */
     uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */
     CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
-    deferred_block_t *ready_oversize;        /* the one block kept though larger than the store (ordered_keep.c;
+    freed_block_t *ready_oversize;        /* the one block kept though larger than the store (free/ordered_keep.c;
                                                 in the store's line, which every keep and take read) */
     const void *oversize_owner;              /* the cupool_thread of the thread that freed it */
     cupool_device_t *device;                 /* out of the first lines: the fast paths do not read it */
     struct cupool_context *next;             /* registry chain */
     cupool_queue_t queue;
-} __attribute__((aligned(64))) cupool_context_t;
+} __attribute__((aligned(64)));
 
-/* Asks the registry for the state of ctx and fills the thread's cache. */
-cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation);
-/* The thread's cached state of its current context (*ctx, as of
- * *generation), or NULL when the cache misses or holds none; *ctx is NULL
- * when no context is current. */
-static inline cupool_context_t *cupool_context_from_cache(CUcontext *ctx, unsigned *generation)
+/* The same for the fast paths (alloc.c, free/free_modes.c), from the thread's
+ * cache alone: NULL when it misses, and the general path then looks the
+ * context up.  What they serve is counted in the thread's line
+ * (cupool_stats_fast_*), for the device of the context cached. */
+static inline cupool_context_t *cupool_cached_context(void)
 {
-    if (cupool_hot.ctx_get_current(ctx) != CUDA_SUCCESS) *ctx = NULL;
-    if (!*ctx) return NULL;
-    *generation = atomic_load_explicit(&cupool_hot.generation, memory_order_acquire);
-    if (CUPOOL_LIKELY(cupool_thread.context_handle == *ctx && cupool_thread.context_generation == *generation))
-        return cupool_thread.context;
-    return NULL;
+    CUcontext ctx = NULL;
+    unsigned generation;
+    return cupool_context_from_cache(&ctx, &generation);
 }
-/* The state of a given context, created on first use (must be current). */
-cupool_context_t *cupool_context_of(CUcontext ctx);
+/* The free mode the fast paths serve a context in now, or 0: `ordered` or
+ * `sync`, with no capture in progress (which needs the general paths). */
+static inline int cupool_fast_mode(const cupool_context_t *c)
+{
+    _Static_assert(CUPOOL_FREE_ORDERED == 1 && CUPOOL_FREE_DEFERRED == 2 && CUPOOL_FREE_SYNC == 3,
+                   "ordered and sync are the odd modes: one test, where two cost a pair 3 instructions");
+    int mode = atomic_load_explicit(&c->mode, memory_order_relaxed);
+    if (!(mode & 1) || cupool_capturing()) return 0;
+    return mode;
+}
 
 /* Adds delta to the bytes a device's pools serve.  The count is shared by
  * every thread, so it is kept only where something reads it: CUPOOL_LIMIT,
@@ -168,51 +175,18 @@ static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *p
     cupool_legacy_leave();
     return r;
 }
-/* Whether `ordered` keeps a freed block of this size for reuse: every size
- * with the store on (CUPOOL_ORDERED_READY not 0), one larger than the store
- * alone and only until the next free (ordered_keep.c, cupool_ordered_keep); not above
- * CUPOOL_RELEASE_THRESHOLD, nor above the store under CUPOOL_LIMIT. */
-static inline int cupool_ordered_keeps(size_t size)
-{
-    return size <= cupool_hot.ordered_keep_max;
-}
-/* Serves an `ordered` allocation (the context current) from a block of
- * this size the context freed earlier: CUDA_SUCCESS when *dptr is such a
- * block (still in the origin table, marked freed), CUDA_ERROR_NOT_FOUND
- * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
- * meanwhile. */
-CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* Pool serving a request of this size, or NULL when it must go native. */
-CUmemoryPool cupool_pick_pool(cupool_device_t *dev, size_t size);
-
-/* Free paths (free_modes.c; shims/memory.c calls these with the block's context current). */
-/* Whether cupool keeps this block when the program frees it now: a
- * `deferred` free, a free during a capture, or an `ordered` free kept for
- * reuse (the block stays in the origin table, marked freed, until it goes
- * back to its pool). */
-int cupool_free_keeps_block(const cupool_origin_t *o);
-/* Frees a block the program freed, as cupool_free_keeps_block decided.
- * Inline for `ordered`, the common case; the other modes and a failed free
- * (the block then stays the program's) are out of line. */
-CUresult cupool_free_block_slow(cupool_context_t *c, const cupool_origin_t *o, int kept);
-/* A free the driver refused: warns, and the block stays the program's; or
- * (r CUPOOL_CAPTURE_IN_PROGRESS) held until the capture has ended. */
-CUresult cupool_free_failed(const cupool_origin_t *o, CUresult r);
-/* The free of `sync` (the block's context current, no capture in
- * progress): the context synchronized, then the block on the legacy
- * stream; a refused free leaves the block the program's. */
-CUresult cupool_free_sync(const cupool_origin_t *o);
-/* Returns completed deferred blocks to their pools; wait = block until all are. */
-void cupool_reclaim(cupool_context_t *c, int wait);
 /* Frees everything the pools no longer need on a device (OOM). */
 void cupool_trim_device(cupool_context_t *c);
+/* An allocation on cupool's private stream, complete before it returns
+ * (alloc.c): every allocation but `ordered`'s. */
+CUresult cupool_alloc_private(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size);
 /* What else must go with a context (the kept store, kept_store.c): called
- * at its teardown, the context current and synchronized (alive 1), or once
- * it is already gone with its memory and events (alive 0). */
-typedef void cupool_teardown_fn(cupool_context_t *c, int alive);
+ * at its teardown, the context current and synchronized
+ * (CUPOOL_CONTEXT_ALIVE), or once it is already gone with its memory and
+ * events (CUPOOL_CONTEXT_GONE). */
+enum cupool_context_end { CUPOOL_CONTEXT_ALIVE, CUPOOL_CONTEXT_GONE };
+typedef void cupool_teardown_fn(cupool_context_t *c, enum cupool_context_end end);
 void cupool_context_on_teardown(cupool_teardown_fn *fn);
-/* Whether any device's allocations are served from pools. */
-int cupool_pools_in_use(void);
 /* Calls fn for every context cupool knows, in turn, none torn down
  * meanwhile; stops at the first that returns nonzero and returns that. */
 int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg);
@@ -228,91 +202,18 @@ uint64_t cupool_device_reserved(cupool_device_t *dev);
  * and statistics, which would otherwise query the driver on every call. */
 uint64_t cupool_device_reserved_recent(cupool_device_t *dev, uint64_t now_ns);
 
-/* Moves a context out of `ordered`: synchronizes it (after the capture in
- * progress, if any). */
-void cupool_synchronize_switch(cupool_context_t *c);
-/* Deferred frees (deferred_fence.c): whether any block waits (read without the
- * context's lock: a hint, which cupool_reclaim confirms under it), and
- * handing back every waiting block of a context whose work is known to be
- * complete. */
-static inline int cupool_deferred_waiting(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->head) || CUPOOL_HINT_READ(c->pending) || CUPOOL_HINT_READ(c->held);
-}
-/* Serves a `deferred` allocation from the blocks freed earlier in the
- * context whose users are all done, returning completed ones first; 1 when
- * *dptr is such a block (still in the origin table, marked freed). */
-int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* Hands the context's ready blocks back to the pool now, on its own stream
- * (it has left `deferred`, or may be about to die). */
-void cupool_deferred_return_ready(cupool_context_t *c);
-/* Bytes of the context's ready blocks, and of its blocks waiting for
- * their fences (hints, read without its lock). */
-static inline uint64_t cupool_deferred_ready_bytes(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->ready_bytes);
-}
-static inline uint64_t cupool_deferred_waiting_bytes(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->deferred_bytes);
-}
-void cupool_deferred_drop(cupool_context_t *c, CUstream stream);
-/* The program is destroying one of the context's non-blocking streams,
- * whose work may still use blocks it frees later: later fences must cover
- * that work too.  c->lock held. */
-void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream);
-/* Around a synchronization of the context: what `before` answers just
- * before it, `synchronized` takes once it has succeeded, and the users of
- * every block `ordered` kept until then are known to be done (those blocks
- * then serve `deferred` too). */
-uint64_t cupool_deferred_before_sync(cupool_context_t *c);
-void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before);
-/* Frees the deferred-free records a context keeps for reuse (its teardown). */
-void cupool_deferred_free_spares(cupool_context_t *c);
-/* Whether cupool_reclaim has anything to do for a context (a switch out of
- * `ordered` waiting to synchronize, or deferred blocks): read unlocked, so
- * the common case makes no call. */
-static inline int cupool_reclaim_due(const cupool_context_t *c)
-{
-    return CUPOOL_HINT_READ(c->sync_due) || cupool_deferred_waiting(c);
-}
-/* Contexts (registry.c, for shims/context.c): a context cuCtxDestroy is about
- * to destroy (unless it is a primary one, or not valid); a device's primary
- * context about to be reset; about to be released (its ready blocks go
- * back first, on its own stream); released, and gone if the driver says it
- * is no longer active; peer access granted to, or taken from, the calling
- * thread's device on peer's device. */
-void cupool_context_destroying(CUcontext ctx);
-void cupool_primary_resetting(int ordinal);
-void cupool_primary_releasing(int ordinal);
-void cupool_primary_released(int ordinal);
-void cupool_peer_access(CUcontext peer, int enable);
-/* Streams (registry.c, for shims/stream.c): a new stream of the calling thread's
- * context, and a stream about to be destroyed. */
-void cupool_track_stream(CUstream stream, unsigned flags);
-void cupool_forget_stream(CUstream stream);
-/* ---- capture.c: the captures in progress ---------------------------------- */
+/* ---- capture.c: the captures in progress (the shims' part: engine.h) ----- */
 /* What to call when the count of captures in progress drops to zero
  * (registered at start-up). */
 typedef void cupool_captures_ended_fn(void);
 void cupool_capture_on_end(cupool_captures_ended_fn *fn);
-/* A context the driver destroyed: the captures begun in it are over. */
-void cupool_captures_context_gone(CUcontext ctx);
-/* A capture beginning (the capture shims): counted from before it begins,
- * inside the capture gate (enter), then listed by the stream it began on,
- * or uncounted if it did not begin (done, which leaves the gate). */
-void cupool_capture_begin_enter(void);
-CUresult cupool_capture_begin_done(CUstream stream, CUresult r);
-/* Takes off the list the captures begun on stream (any context), or in ctx
- * (any stream), and uncounts them; returns how many there were. */
-int cupool_capture_take(CUstream stream, CUcontext ctx);
-/* A capture that ended without being on the list: uncounts it. */
-void cupool_capture_uncounted(void);
 
-/* Held while a capture begins and while deferred_fence.c records a fence,
+/* Held while a capture begins and while free/deferred_fence.c records a fence,
  * which would invalidate a capture begun under it (capture.c). */
 void cupool_capture_gate_enter(void);
 void cupool_capture_gate_leave(void);
+/* The gate's lock, for the assertions that it is held (CUPOOL_ASSERT_HELD). */
+const pthread_mutex_t *cupool_capture_gate_lock(void);
 
 /* A context going away (its teardown, the context current and
  * synchronized): the blocks it exported are forgotten, and those the

@@ -6,7 +6,8 @@
  * program destroys, or a primary context reset or released for the last
  * time, takes cupool's state for it along (its blocks go back to their
  * pools, as natively its memory dies with it).  Each shim calls the real
- * driver and tells the engine's registry (engine/registry.c) what happened.
+ * driver and tells the engine's registry (engine/contexts.c,
+ * engine/lifecycle.c, engine/devices.c) what happened.
  */
 #include "../engine/engine.h"
 
@@ -47,7 +48,7 @@ CUPOOL_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         /* Registering needs the context current: borrow it for a moment. */
         int pushed = cupool_enter_context(*pctx);
         cupool_context_t *c = cupool_context_of(*pctx);
-        if (c) c->primary = 1;
+        if (c) cupool_context_set_primary(c);
         cupool_leave_context(pushed);
     }
     return cupool_call_end(&call, r);

@@ -98,7 +98,7 @@ CUPOOL_EXPORT CUresult cuMemFreeHost(void *p)
     call.kind = CUPOOL_KIND_HOST;
     call.ptr = (CUdeviceptr)(uintptr_t)p;
     CUresult r;
-    if (!cupool_kept_free(1, (uintptr_t)p, &call.size, &call.flags, &call.route, &r)) {
+    if (!cupool_kept_free(CUPOOL_KEPT_CLASS_HOST, (uintptr_t)p, &call.size, &call.flags, &call.route, &r)) {
         call.route = CUPOOL_ROUTE_NATIVE;
         r = real_cuMemFreeHost(p);
     }

@@ -33,8 +33,8 @@ CUPOOL_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dp
     if (!pHandle || pooled_block(dptr, &o) != 0) return cupool_call_end(&call, real_cuIpcGetMemHandle(pHandle, dptr));
     call.route = CUPOOL_ROUTE_POOL;
     call.size = o.size;
-    call.device = o.owner->device->ordinal;
-    if (o.owner->device->exportable) return cupool_call_end(&call, cupool_ipc_export(pHandle, &o));
+    call.device = cupool_context_ordinal(o.owner);
+    if (cupool_context_exportable(o.owner)) return cupool_call_end(&call, cupool_ipc_export(pHandle, &o));
     /* A pool that cannot be exported (CUPOOL_IPC=0, CUPOOL_POLICY=default,
      * or a driver without exportable pools): the driver's own answer. */
     CUresult r = real_cuIpcGetMemHandle(pHandle, dptr);

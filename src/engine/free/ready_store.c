@@ -13,54 +13,6 @@
 
 #include <string.h>
 
-static void free_records(cupool_spare_list_t *list)
-{
-    while (list->head) {
-        void *record = list->head;
-        list->head = *(void **)record;
-        free(record);
-    }
-    list->count = 0;
-}
-
-void cupool_deferred_free_spares(cupool_context_t *c)
-{
-    /* The ready store holds its sentinel and empty lists alone by now,
-     * unless the context's blocks could not be handed back (they died with
-     * it). */
-    for (deferred_block_t *b = c->ready_oldest, *newer; b; b = newer) {
-        newer = b->newer;
-        free(b);
-    }
-    CUPOOL_HINT_WRITE(c->ready_oldest, NULL);
-    c->ready_newest = NULL;
-    CUPOOL_HINT_WRITE(c->ready_bytes, 0);
-    struct ready_size *rs, *tmp;
-    HASH_ITER(hh, c->ready_sizes, rs, tmp)
-    {
-        HASH_DEL(c->ready_sizes, rs);
-        free(rs);
-    }
-    c->ready_empty = 0;
-    free_records(&c->spare_blocks);
-    free_records(&c->spare_batches);
-    free_records(&c->spare_sizes);
-}
-
-void cupool_warn_give_back(CUdeviceptr ptr, CUresult r)
-{
-    cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
-                   cupool_result_name(r));
-}
-
-/* Returns one block, no longer in the origin table, to its pool. */
-CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
-{
-    CUresult r = real_cuMemFreeAsync(ptr, stream);
-    if (r != CUDA_SUCCESS) cupool_warn_give_back(ptr, r);
-    return r;
-}
-
 /* ---- ready blocks ------------------------------------------------------------
  * A `deferred` allocation costs a pool call on cupool's private stream and a
  * query of that stream, so that the block is complete for every stream
@@ -85,49 +37,6 @@ CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
  * that size still waiting for its fence, not a size the program dropped. */
 #define READY_MAX_AGE_NS 1000000000ull
 
-/* CUPOOL_DEFERRED_READY and CUPOOL_DEFERRED_WAIT may be a share of the
- * bytes in use ("25%"): what cupool holds then grows and shrinks with the
- * program, as a framework's caching allocator's cache does.  A share never
- * comes to less than this, so that a small program's frees do not wait for
- * the GPU one by one. */
-#define HELD_SHARE_FLOOR (64ull << 20)
-
-/* The bytes the device's pools have allocated (in use by the program, or
- * held by cupool), asked of the driver at most once a millisecond and anew
- * once cupool has handed blocks back (cupool_release_block clears the
- * time). */
-static uint64_t pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
-{
-    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
-    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
-    uint64_t used = 0;
-    for (int i = 0; i < dev->npools; i++) {
-        cuuint64_t value = 0;
-        real_cuMemPoolGetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &value);
-        used += value;
-    }
-    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
-    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
-    return used;
-}
-
-/* The bytes option `id` allows, or its share of the bytes the program has
- * in use on the device (the pools' allocated bytes less what this context
- * holds; a second context on the device means `sync`, which holds
- * nothing). */
-uint64_t cupool_held_cap(cupool_context_t *c, enum cupool_option id)
-{
-    uint64_t value = cupool_option_started(id);
-    if (!cupool_is_share(value)) return value;
-    uint64_t used = pool_used_recent(c->device, cupool_now_ns());
-    /* Frees ordered on the GPU left the pools' count at the free. */
-    uint64_t held = c->ready_bytes;
-    if (!cupool_deferred_on_gpu()) held += c->deferred_bytes;
-    uint64_t in_use = used > held ? used - held : 0;
-    uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
-    return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
-}
-
 /* The most the store keeps now: CUPOOL_DEFERRED_READY or
  * CUPOOL_ORDERED_READY as the context's mode says (0 turns it off; `sync`
  * keeps nothing), no more than a pool keeps across synchronizations
@@ -140,7 +49,7 @@ uint64_t cupool_ready_cap(cupool_context_t *c)
      * not here: in `deferred` the store then only empties. */
     uint64_t cap = 0;
     if (mode == CUPOOL_FREE_ORDERED) cap = cupool_option_started(CUPOOL_OPT_ORDERED_READY);
-    else if (mode == CUPOOL_FREE_DEFERRED && !cupool_deferred_on_gpu()) cap = cupool_held_cap(c, CUPOOL_OPT_DEFERRED_READY);
+    else if (mode == CUPOOL_FREE_DEFERRED && !cupool_deferred_on_gpu()) cap = cupool_deferred_cap(c, CUPOOL_OPT_DEFERRED_READY);
     uint64_t threshold = cupool_option_started(CUPOOL_OPT_RELEASE_THRESHOLD);
     uint64_t limit = cupool_option_started(CUPOOL_OPT_LIMIT);
     if (threshold < cap) cap = threshold;
@@ -168,6 +77,7 @@ struct ready_size *cupool_ready_find(cupool_context_t *c, size_t size)
 
 static void ready_drop_empty(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     struct ready_size *rs, *tmp;
     HASH_ITER(hh, c->ready_sizes, rs, tmp)
     {
@@ -179,9 +89,11 @@ static void ready_drop_empty(cupool_context_t *c)
 }
 
 /* Takes the oldest block of its size (rs) out of the store.  c->lock held. */
-static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
+static freed_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
 {
-    deferred_block_t *b = rs->oldest;
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT(rs && rs->oldest && c->ready_bytes >= rs->oldest->size);
+    freed_block_t *b = rs->oldest;
     rs->oldest = b->next;
     if (!rs->oldest) {
         rs->newest = NULL;
@@ -198,7 +110,7 @@ static deferred_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
 
 /* Whether the users of a block in the store may still be running: kept by
  * `ordered`, and the context not synchronized since.  c->lock held. */
-static int ready_block_busy(const cupool_context_t *c, const deferred_block_t *b)
+static int ready_block_busy(const cupool_context_t *c, const freed_block_t *b)
 {
     return b->kept > c->kept_done;
 }
@@ -209,8 +121,9 @@ static int ready_block_busy(const cupool_context_t *c, const deferred_block_t *b
  * them in stream order, as `ordered` frees; but while a capture is in
  * progress, which the legacy stream would disturb, it waits with the frees
  * held for the capture's end (release_held waits for their users). */
-void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream stream)
+void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     int legacy = 0, hold = 0;
     if (CUPOOL_UNLIKELY(ready_block_busy(c, b))) {
         legacy = cupool_legacy_enter();
@@ -228,7 +141,7 @@ void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
         cupool_origin_remove(b->ptr, &gone);
         cupool_give_back(b->ptr, stream);
         cupool_give_record(&c->spare_blocks, b);
-        /* The pools' allocated bytes just fell: a share (cupool_held_cap)
+        /* The pools' allocated bytes just fell: a share (cupool_deferred_cap)
          * asks anew. */
         atomic_store_explicit(&c->device->pool_used_at_ns, 0, memory_order_relaxed);
     }
@@ -237,11 +150,12 @@ void cupool_release_block(cupool_context_t *c, deferred_block_t *b, CUstream str
 
 /* Hands a list of blocks back to the pool; their users are all done.
  * Returns the bytes released.  c->lock held. */
-uint64_t cupool_release_blocks(cupool_context_t *c, deferred_block_t *b, CUstream stream)
+uint64_t cupool_release_blocks(cupool_context_t *c, freed_block_t *b, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     uint64_t bytes = 0;
     while (b) {
-        deferred_block_t *next = b->next;
+        freed_block_t *next = b->next;
         bytes += b->size;
         cupool_release_block(c, b, stream);
         b = next;
@@ -251,7 +165,7 @@ uint64_t cupool_release_blocks(cupool_context_t *c, deferred_block_t *b, CUstrea
 
 /* Returns a ready block of b's size (the oldest of that size, which is b
  * or as large) to its pool.  c->lock held. */
-void cupool_ready_evict(cupool_context_t *c, const deferred_block_t *b, CUstream stream)
+void cupool_ready_evict(cupool_context_t *c, const freed_block_t *b, CUstream stream)
 {
     cupool_release_block(c, ready_pop(c, cupool_ready_find(c, b->size)), stream);
 }
@@ -260,6 +174,7 @@ void cupool_ready_evict(cupool_context_t *c, const deferred_block_t *b, CUstream
  * memory.  c->lock held. */
 static struct ready_size *ready_size_add(cupool_context_t *c, size_t size)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     struct ready_size *rs = cupool_take_record(&c->spare_sizes, sizeof *rs);
     if (!rs) return NULL;
     memset(rs, 0, sizeof *rs);
@@ -273,8 +188,10 @@ static struct ready_size *ready_size_add(cupool_context_t *c, size_t size)
 /* Keeps a block whose users are all done for the next allocation of its
  * size, or hands it back to its pool when the store cannot take it.
  * c->lock held. */
-void cupool_ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_ns, CUstream stream)
+void cupool_ready_put(cupool_context_t *c, freed_block_t *b, uint64_t fenced_ns, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT(b && b->size > 0);
     struct ready_size *rs = cupool_ready_find(c, b->size);
     if (rs && !rs->oldest) c->ready_empty--;
     /* A sentinel of size 0 (no allocation has that size) keeps the table
@@ -303,7 +220,8 @@ void cupool_ready_put(cupool_context_t *c, deferred_block_t *b, uint64_t fenced_
  * `deferred` or `ordered`, and counts it.  c->lock held. */
 CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
 {
-    deferred_block_t *b = ready_pop(c, rs);
+    CUPOOL_ASSERT_HELD(&c->lock);
+    freed_block_t *b = ready_pop(c, rs);
     CUdeviceptr ptr = b->ptr;
     cupool_give_record(&c->spare_blocks, b);
     atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
@@ -316,6 +234,7 @@ CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
  * c->lock held. */
 CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     struct ready_size *rs = c->ready_oldest ? cupool_ready_find(c, size) : NULL;
     if (!rs || !rs->oldest || ready_block_busy(c, rs->oldest)) return 0;
     return cupool_ready_take_oldest(c, rs);
@@ -326,6 +245,7 @@ CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size)
  * count against any other) or its age.  c->lock held. */
 void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     for (;;) {
         uint64_t counted = c->ready_bytes - (cap && c->ready_oversize ? c->ready_oversize->size : 0);
         if (!c->ready_oldest || (counted <= cap && now_ns <= c->ready_oldest->fenced_ns + READY_MAX_AGE_NS)) return;
@@ -345,11 +265,12 @@ void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * on.  c->lock held. */
 void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     if (size < MISS_GIVES_BACK || !c->ready_oldest) return;
     uint64_t back = 0;
     while (back < size && c->ready_oldest) {
         /* The block larger than the store first: most room, one call. */
-        const deferred_block_t *b = c->ready_oversize ? c->ready_oversize : c->ready_oldest;
+        const freed_block_t *b = c->ready_oversize ? c->ready_oversize : c->ready_oldest;
         back += b->size;
         cupool_ready_evict(c, b, stream);
     }
@@ -358,8 +279,9 @@ void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
     atomic_fetch_add_explicit(&st->given_back_bytes, back, memory_order_relaxed);
 }
 
-void cupool_deferred_return_ready(cupool_context_t *c)
+void cupool_ready_return_all(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     if (!CUPOOL_HINT_READ(c->ready_oldest)) return;
     int pushed = cupool_enter_context(c->ctx);
     pthread_mutex_lock(&c->lock);
@@ -368,6 +290,58 @@ void cupool_deferred_return_ready(cupool_context_t *c)
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     cupool_leave_context(pushed);
+}
+
+/* ---- a context's teardown ------------------------------------------------- */
+
+static void free_records(cupool_spare_list_t *list)
+{
+    while (list->head) {
+        void *record = list->head;
+        list->head = *(void **)record;
+        free(record);
+    }
+    list->count = 0;
+}
+
+void cupool_ready_drop_records(cupool_context_t *c)
+{
+    /* The ready store holds its sentinel and empty lists alone by now,
+     * unless the context's blocks could not be handed back (they died with
+     * it). */
+    for (freed_block_t *b = c->ready_oldest, *newer; b; b = newer) {
+        newer = b->newer;
+        free(b);
+    }
+    CUPOOL_HINT_WRITE(c->ready_oldest, NULL);
+    c->ready_newest = NULL;
+    CUPOOL_HINT_WRITE(c->ready_bytes, 0);
+    struct ready_size *rs, *tmp;
+    HASH_ITER(hh, c->ready_sizes, rs, tmp)
+    {
+        HASH_DEL(c->ready_sizes, rs);
+        free(rs);
+    }
+    c->ready_empty = 0;
+    free_records(&c->spare_blocks);
+    free_records(&c->spare_batches);
+    free_records(&c->spare_sizes);
+}
+
+/* ---- handing a block back, to its pool or to the program --------------------- */
+
+void cupool_warn_give_back(CUdeviceptr ptr, CUresult r)
+{
+    cupool_message(CUPOOL_MSG_WARN, "returning block 0x%llx to its pool failed: %s", (unsigned long long)ptr,
+                   cupool_result_name(r));
+}
+
+/* Returns one block, no longer in the origin table, to its pool. */
+CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream)
+{
+    CUresult r = real_cuMemFreeAsync(ptr, stream);
+    if (r != CUDA_SUCCESS) cupool_warn_give_back(ptr, r);
+    return r;
 }
 
 /* A free that could not be carried out: the block stays the program's, as

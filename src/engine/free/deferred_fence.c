@@ -36,9 +36,53 @@
 
 /* A program that frees faster than the GPU catches up (the host runs ahead
  * of its kernels) would otherwise pile up freed memory without bound; past
- * CUPOOL_DEFERRED_WAIT bytes waiting (cupool_held_cap), a free waits for
- * the oldest batches (a native cuMemFree would have waited for the whole
- * device). */
+ * CUPOOL_DEFERRED_WAIT bytes waiting (cupool_deferred_cap), a free waits
+ * for the oldest batches (a native cuMemFree would have waited for the
+ * whole device). */
+
+/* CUPOOL_DEFERRED_READY and CUPOOL_DEFERRED_WAIT may be a share of the
+ * bytes in use ("25%"): what cupool holds then grows and shrinks with the
+ * program, as a framework's caching allocator's cache does.  A share never
+ * comes to less than this, so that a small program's frees do not wait for
+ * the GPU one by one. */
+#define HELD_SHARE_FLOOR (64ull << 20)
+
+/* The bytes the device's pools have allocated (in use by the program, or
+ * held by cupool), asked of the driver at most once a millisecond and anew
+ * once cupool has handed blocks back (cupool_release_block clears the
+ * time). */
+static uint64_t pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
+{
+    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
+    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
+    uint64_t used = 0;
+    for (int i = 0; i < dev->npools; i++) {
+        cuuint64_t value = 0;
+        real_cuMemPoolGetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &value);
+        used += value;
+    }
+    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
+    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
+    return used;
+}
+
+/* The bytes option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT)
+ * allows the context to hold, or its share of the bytes the program has
+ * in use on the device (the pools' allocated bytes less what this context
+ * holds; a second context on the device means `sync`, which holds
+ * nothing). */
+uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id)
+{
+    uint64_t value = cupool_option_started(id);
+    if (!cupool_is_share(value)) return value;
+    uint64_t used = pool_used_recent(c->device, cupool_now_ns());
+    /* Frees ordered on the GPU left the pools' count at the free. */
+    uint64_t held = c->ready_bytes;
+    if (!cupool_deferred_on_gpu()) held += c->deferred_bytes;
+    uint64_t in_use = used > held ? used - held : 0;
+    uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
+    return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
+}
 
 /* ---- frees ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu) -------------------
  * A block cupool holds until its fence completes is memory no allocation can
@@ -56,6 +100,11 @@
  * query of its stream waits too: out of memory only where the frees could
  * not help.  The batch stays, with its fence and bytes, as the count of
  * memory waiting for the GPU (statistics, CUPOOL_DEFERRED_WAIT). */
+
+int cupool_deferred_on_gpu(void)
+{
+    return cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_GPU;
+}
 
 static CUevent take_event(cupool_context_t *c)
 {
@@ -148,6 +197,8 @@ static CUresult fan_in(cupool_context_t *c, CUstream stream)
  * each live non-blocking stream's.  c->lock and the capture gate held. */
 static CUresult record_fence(cupool_context_t *c, CUevent fence)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT_HELD(cupool_capture_gate_lock());
     if (cupool_context_fences()) {
         CUresult r = real_cuCtxRecordEvent(c->ctx, fence);
         if (r == CUDA_SUCCESS) return r;
@@ -181,6 +232,7 @@ static CUresult record_fence(cupool_context_t *c, CUevent fence)
  * the stream synchronized instead, as before. */
 void cupool_deferred_stream_destroyed(cupool_context_t *c, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     int per_stream = !cupool_context_fences() && atomic_load(&c->mode) == CUPOOL_FREE_DEFERRED;
     CUresult r = CUDA_ERROR_NOT_READY;
     if (per_stream && atomic_load(&cupool_hot.captures) == 0) {
@@ -211,6 +263,9 @@ static void order_after(cupool_context_t *c, CUevent fence)
  * c->lock and the capture gate held, no capture in progress. */
 static int free_behind(cupool_context_t *c, deferred_batch_t *batch)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT_HELD(cupool_capture_gate_lock());
+    CUPOOL_ASSERT(atomic_load(&cupool_hot.captures) == 0);
     if (!cupool_deferred_on_gpu()) return 0;
     CUresult r = fan_in_ready(c);
     if (r == CUDA_SUCCESS) r = real_cuStreamWaitEvent(c->fence_stream, batch->fence, 0);
@@ -235,6 +290,7 @@ static int free_behind(cupool_context_t *c, deferred_batch_t *batch)
  * thread. */
 static CUresult cupool_record_fence_gated(cupool_context_t *c, CUevent fence, deferred_batch_t *batch)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     cupool_capture_gate_enter();
     CUresult r = atomic_load(&cupool_hot.captures) > 0 ? CUPOOL_CAPTURE_IN_PROGRESS : record_fence(c, fence);
     if (r == CUDA_SUCCESS && batch && free_behind(c, batch))
@@ -249,13 +305,15 @@ static CUresult cupool_record_fence_gated(cupool_context_t *c, CUevent fence, de
  * with c->lock held and c->ctx current. */
 static void record_batch(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUPOOL_ASSERT(c->pending != NULL);
     deferred_batch_t *batch = cupool_take_record(&c->spare_batches, sizeof(deferred_batch_t));
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     if (batch && (batch->fence = take_event(c))) {
         batch->fenced_ns = cupool_now_ns();
         batch->blocks = c->pending;
         batch->bytes = 0;
-        for (deferred_block_t *b = c->pending; b; b = b->next) batch->bytes += b->size;
+        for (freed_block_t *b = c->pending; b; b = b->next) batch->bytes += b->size;
         r = cupool_record_fence_gated(c, batch->fence, batch);
         if (r != CUDA_SUCCESS) give_event(c, batch->fence);
     }
@@ -286,6 +344,7 @@ static void record_batch(cupool_context_t *c)
  * batch, then a wait for it.  Called with c->lock held and c->ctx current. */
 static void release_held(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     CUevent fence = take_event(c);
     CUresult r = fence ? cupool_record_fence_gated(c, fence, NULL) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUPOOL_CAPTURE_IN_PROGRESS) {
@@ -305,6 +364,7 @@ static void release_held(cupool_context_t *c)
  * and c->ctx current. */
 static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     /* The store serves `deferred` and `ordered` allocations: in `sync` it
      * only empties. */
     uint64_t cap = keep ? cupool_ready_cap(c) : 0;
@@ -322,8 +382,9 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         if (!c->head) c->tail = NULL;
         order_after(c, batch->fence);
         give_event(c, batch->fence);
+        CUPOOL_ASSERT(c->deferred_bytes >= batch->bytes);
         CUPOOL_HINT_WRITE(c->deferred_bytes, c->deferred_bytes - batch->bytes);
-        for (deferred_block_t *b = batch->blocks, *next; b; b = next) {
+        for (freed_block_t *b = batch->blocks, *next; b; b = next) {
             next = b->next;
             if (cap) cupool_ready_put(c, b, batch->fenced_ns, c->private_stream);
             else cupool_release_block(c, b, c->private_stream);
@@ -339,7 +400,8 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
  * size, takes a ready block of it; returns the block, or 0. */
 static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t size)
 {
-    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_synchronize_switch(c);
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
+    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_ordered_leave(c);
     /* Ready blocks alone matter to a taker, and to a wait for everything
      * (which empties the store too).  Batches whose blocks are back in their
      * pools already (CUPOOL_DEFERRED_ORDER=gpu) only count bytes, which the
@@ -357,9 +419,14 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t s
     return ptr;
 }
 
-void cupool_reclaim(cupool_context_t *c, int wait)
+void cupool_reclaim(cupool_context_t *c)
 {
-    reclaim_and_take(c, wait ? 0 : UINT64_MAX, 0);
+    reclaim_and_take(c, UINT64_MAX, 0);
+}
+
+void cupool_reclaim_all(cupool_context_t *c)
+{
+    reclaim_and_take(c, 0, 0);
 }
 
 int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
@@ -370,10 +437,13 @@ int cupool_deferred_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
     return 1;
 }
 
-CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held)
+/* Queues a free behind a fence (held 0) or until the capture in progress
+ * has ended (held 1). */
+static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
-    deferred_block_t *b = cupool_take_record(&c->spare_blocks, sizeof(deferred_block_t));
+    freed_block_t *b = cupool_take_record(&c->spare_blocks, sizeof(freed_block_t));
     if (!b) {
         pthread_mutex_unlock(&c->lock);
         /* No host memory to queue the block: free it the strongest way,
@@ -400,7 +470,7 @@ CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held)
         if (c->npending++ == 0 && batch_wait_ns(c) > 0) c->batch_start_ns = cupool_now_ns();
         /* Past the cap, wait for the oldest batches until a quarter of it
          * is free again: the host stays ahead of the GPU, by less. */
-        uint64_t cap = cupool_held_cap(c, CUPOOL_OPT_DEFERRED_WAIT);
+        uint64_t cap = cupool_deferred_cap(c, CUPOOL_OPT_DEFERRED_WAIT);
         int over = c->deferred_bytes > cap;
         if (over) atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->deferred_waits, 1, memory_order_relaxed);
         reclaim_locked(c, over ? cap / 4 * 3 : UINT64_MAX);
@@ -409,10 +479,21 @@ CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     return CUDA_SUCCESS;
 }
 
+CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o)
+{
+    return defer(c, o, 0);
+}
+
+CUresult cupool_defer_held(cupool_context_t *c, const cupool_origin_t *o)
+{
+    return defer(c, o, 1);
+}
+
 /* Hands back every deferred block of a context whose work is known to be
  * complete, without looking at its events (they may be gone with it). */
 void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     c->kept_done = c->kept;
     while (c->head) {
         deferred_batch_t *batch = c->head;
@@ -435,6 +516,7 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
 
 CUresult cupool_fence_record(cupool_context_t *c, CUevent *fence)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     int pushed = cupool_enter_context(c->ctx);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
@@ -459,6 +541,7 @@ int cupool_fence_passed(cupool_context_t *c, CUevent fence, int wait)
 
 void cupool_fence_forget(cupool_context_t *c, CUevent fence)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     give_event(c, fence);
     pthread_mutex_unlock(&c->lock);

@@ -52,6 +52,7 @@ static uint64_t coarse_now_ns(void)
  * on the legacy stream would disturb).  c->lock held, c->ctx current. */
 static CUresult record_ordered_fence(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_HELD(&c->lock);
     CUresult r = CUDA_SUCCESS;
     if (!c->ordered_fence) r = real_cuEventCreate(&c->ordered_fence, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS) c->ordered_fence = NULL;
@@ -73,6 +74,7 @@ static CUresult record_ordered_fence(cupool_context_t *c)
 
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     /* cupool_ordered_alloc found the store not empty (without the lock): a
      * size it neither keeps nor makes room for takes no lock. */
     if (!cupool_ordered_keeps(size) && size < MISS_GIVES_BACK) return CUDA_ERROR_NOT_FOUND;
@@ -111,7 +113,8 @@ static int oversize_of_another_thread(const cupool_context_t *c)
  * the pool, keeping everything it reserved, would hold anyway. */
 int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
 {
-    deferred_block_t *b = NULL;
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
+    freed_block_t *b = NULL;
     uint64_t cap = cupool_ready_cap(c);
     /* Larger than the store: kept unless the store holds such a block
      * another thread freed (looked at first without the lock, as a hint).
@@ -125,7 +128,7 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
                       !oversize_of_another_thread(c))) {
         pthread_mutex_lock(&c->lock);
         if (!(oversize && oversize_of_another_thread(c)) &&
-            (b = cupool_take_record(&c->spare_blocks, sizeof(deferred_block_t)))) {
+            (b = cupool_take_record(&c->spare_blocks, sizeof(freed_block_t)))) {
             uint64_t now_ns = coarse_now_ns();
             if (c->ready_oversize) cupool_ready_evict(c, c->ready_oversize, c->private_stream);
             b->ptr = o->ptr;
@@ -149,16 +152,18 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
 
 /* The count of kept blocks before the synchronization, not after: a block
  * kept while it runs may have users it does not wait for. */
-uint64_t cupool_deferred_before_sync(cupool_context_t *c)
+static uint64_t kept_before_sync(cupool_context_t *c)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     uint64_t kept = c->kept;
     pthread_mutex_unlock(&c->lock);
     return kept;
 }
 
-void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before)
+static void kept_synchronized(cupool_context_t *c, uint64_t before)
 {
+    CUPOOL_ASSERT_NOT_HELD(&c->lock);
     pthread_mutex_lock(&c->lock);
     if (before > c->kept_done) c->kept_done = before;
     pthread_mutex_unlock(&c->lock);
@@ -167,16 +172,16 @@ void cupool_deferred_synchronized(cupool_context_t *c, uint64_t before)
 /* The legacy-stream work of `ordered` (allocations and frees still queued
  * behind kernels) must be complete before another stream can touch its
  * blocks. */
-void cupool_synchronize_switch(cupool_context_t *c)
+void cupool_ordered_leave(cupool_context_t *c)
 {
     int pushed = cupool_enter_context(c->ctx);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    uint64_t kept = cupool_deferred_before_sync(c);
+    uint64_t kept = kept_before_sync(c);
     CUresult r = real_cuCtxSynchronize();
     cupool_relaxed_end(previous);
     cupool_leave_context(pushed);
     CUPOOL_HINT_WRITE(c->sync_due, 0);
-    if (r == CUDA_SUCCESS) cupool_deferred_synchronized(c, kept);
+    if (r == CUDA_SUCCESS) kept_synchronized(c, kept);
     if (r != CUDA_SUCCESS)
         cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
                        cupool_result_name(r));

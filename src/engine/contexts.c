@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The registry of contexts and their free modes (cupool_context_t,
+ * state.h).  The free mode of a context decides how a free is ordered
+ * against work that may still use the block (DESIGN.md, "Allocation
+ * semantics"): `ordered` puts alloc and free on the legacy stream,
+ * `deferred` hands a block back only once events recorded on every stream
+ * that could use it have completed, `sync` waits for the whole context.
+ * Under CUPOOL_FREE=auto a context starts `ordered` and is moved,
+ * synchronizing once, the moment the program does something that would
+ * make `ordered` wrong: a non-blocking stream (to `deferred`, here), a
+ * second context on the device (here) or peer access (to `sync`,
+ * devices.c).  The context and peer-access shims (shims/context.c) and the
+ * stream shims (shims/stream.c) watch for exactly those things and tell the
+ * registry; the free subsystem (free/free_modes.c and the files it
+ * dispatches to) carries the frees out.  Here too: a thread's context
+ * cache, and what the shims read of a context.  Its end is lifecycle.c's.
+ */
+#include "registry.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+pthread_mutex_t cupool_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+cupool_context_t *cupool_contexts;
+
+static const char *mode_name(int mode)
+{
+    static const char *const names[] = {"auto", "ordered", "deferred", "sync"};
+    return mode >= 0 && mode < 4 ? names[mode] : "?";
+}
+
+
+/* ---- free modes and a context's state ------------------------------------- */
+
+static int configured_mode(void)
+{
+    return (int)cupool_option(CUPOOL_OPT_FREE);
+}
+
+/* Moves a context to a stronger free mode.  Called with
+ * cupool_registry_lock held. */
+static void promote(cupool_context_t *c, int mode)
+{
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
+    int old = atomic_load(&c->mode);
+    if (configured_mode() != CUPOOL_FREE_AUTO || old >= mode) return;
+    /* A context-wide synchronization would invalidate a capture in progress:
+     * it then waits for the capture to end (cupool_reclaim). */
+    if (old == CUPOOL_FREE_ORDERED) {
+        if (atomic_load(&cupool_hot.captures) > 0) CUPOOL_HINT_WRITE(c->sync_due, 1);
+        else cupool_ordered_leave(c);
+    }
+    atomic_store(&c->mode, mode);
+    /* `sync` keeps no freed blocks; `deferred` keeps those `ordered` kept,
+     * their users done once the switch has synchronized. */
+    if (mode == CUPOOL_FREE_SYNC) cupool_ready_return_all(c);
+    /* The fast paths serve `ordered` and `sync` alone: after a move to
+     * `deferred` they stay off from now on. */
+    if (mode == CUPOOL_FREE_DEFERRED) atomic_store(&cupool_hot.fast, 0);
+    cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
+}
+
+void cupool_promote_device(cupool_device_t *dev, int mode)
+{
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
+    for (cupool_context_t *c = cupool_contexts; c; c = c->next)
+        if (c->device == dev) promote(c, mode);
+}
+
+static int is_primary(CUcontext ctx, int ordinal)
+{
+    unsigned flags;
+    int active = 0;
+    CUcontext primary = NULL;
+    if (real_cuDevicePrimaryCtxGetState(ordinal, &flags, &active) != CUDA_SUCCESS || !active) return 0;
+    if (real_cuDevicePrimaryCtxRetain(&primary, ordinal) != CUDA_SUCCESS) return 0;
+    real_cuDevicePrimaryCtxRelease_v2(ordinal);
+    return primary == ctx;
+}
+
+cupool_context_t *cupool_context_find_locked(CUcontext ctx)
+{
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
+    cupool_context_t *c = cupool_contexts;
+    while (c && c->ctx != ctx) c = c->next;
+    return c;
+}
+
+_Static_assert(offsetof(cupool_context_t, tail) <= 64, "what every allocation and free reads fits one cache line");
+
+/* Finds or creates the state of ctx, which must be current.  Called with
+ * cupool_registry_lock held. */
+static cupool_context_t *context_locked(CUcontext ctx)
+{
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
+    cupool_context_t *known = cupool_context_find_locked(ctx);
+    if (known) return known;
+    CUdevice ordinal;
+    if (real_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) return NULL;
+    cupool_device_t *dev = cupool_device_get(ordinal);
+    if (!dev) return NULL;
+    cupool_context_t *c = aligned_alloc(_Alignof(cupool_context_t), sizeof *c);
+    if (!c) return NULL;
+    memset(c, 0, sizeof *c);
+    c->ctx = ctx;
+    c->device = dev;
+    c->ordinal = ordinal;
+    c->any_size_pool = cupool_device_any_size_pool(dev);
+    c->primary = is_primary(ctx, ordinal);
+    pthread_mutex_init(&c->lock, NULL);
+    int mode = configured_mode();
+    atomic_store(&c->mode, mode == CUPOOL_FREE_AUTO ? CUPOOL_FREE_ORDERED : mode);
+    if (dev->pooled) {
+        CUstreamCaptureMode previous = cupool_relaxed_begin();
+        CUresult r = real_cuStreamCreate(&c->private_stream, CU_STREAM_NON_BLOCKING);
+        cupool_relaxed_end(previous);
+        if (r != CUDA_SUCCESS) {
+            cupool_message(CUPOOL_MSG_WARN, "cannot create cupool's stream in context %p (%s); passing through",
+                           (void *)ctx, cupool_result_name(r));
+            free(c);
+            return NULL;
+        }
+    }
+    c->next = cupool_contexts;
+    cupool_contexts = c;
+    if (++dev->contexts > 1) dev->shared = 1;
+    if (dev->shared) cupool_promote_device(dev, CUPOOL_FREE_SYNC);
+    return c;
+}
+
+cupool_context_t *cupool_context_of(CUcontext ctx)
+{
+    if (!ctx) return NULL;
+    pthread_mutex_lock(&cupool_registry_lock);
+    cupool_context_t *c = context_locked(ctx);
+    pthread_mutex_unlock(&cupool_registry_lock);
+    return c;
+}
+
+/* Orders a new stream after the allocations cupool made on its private
+ * stream, explicitly.  compute-sanitizer's stream-ordered checker does not
+ * order a stream created after an allocation behind it, even once the host
+ * has synchronized: it reports the stream's first use of the block as
+ * use-before-alloc, for plain cuMemAllocAsync programs too (measured: alloc +
+ * cuStreamSynchronize, then cuStreamCreate and a memset on the new stream).
+ * A wait on an event recorded on cupool's stream gives the checker that
+ * order; on the GPU the wait is one more dependency of the new stream's
+ * first work, on allocations complete or about to be.  cupool's stream is
+ * non-blocking and holds nothing but cupool's allocations, so the wait adds
+ * no dependency on the program's own work.  The legacy stream (where
+ * `ordered` allocates) is not waited on: recording on it while another
+ * thread captures a blocking stream would invalidate that capture, and a
+ * blocking stream follows the legacy stream on the GPU anyway. */
+static void order_after_allocations(cupool_context_t *c, CUstream stream)
+{
+    if (!c->private_stream || cupool_capturing()) return;
+    CUevent done;
+    if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+    if (real_cuEventRecord(done, c->private_stream) == CUDA_SUCCESS) real_cuStreamWaitEvent(stream, done, 0);
+    real_cuEventDestroy_v2(done);
+}
+
+/* The contexts whose per-thread stream the calling thread has ordered;
+ * a few suffice (a thread rarely works in more contexts than that, and one
+ * it forgets is ordered again, which is harmless). */
+#define ORDERED_PTDS_MAX 8
+static CUPOOL_THREAD_LOCAL CUcontext ordered_ptds[ORDERED_PTDS_MAX];
+static CUPOOL_THREAD_LOCAL unsigned ordered_ptds_next;
+
+/* A thread's per-thread default stream is created by the driver at its
+ * first use, which cupool does not see: at the thread's first call in a
+ * context, cupool orders that stream behind the allocations so far (which
+ * also creates it, before the thread's own allocations). */
+static void order_thread_stream(cupool_context_t *c)
+{
+    for (int i = 0; i < ORDERED_PTDS_MAX; i++)
+        if (ordered_ptds[i] == c->ctx) return;
+    ordered_ptds[ordered_ptds_next++ % ORDERED_PTDS_MAX] = c->ctx;
+    order_after_allocations(c, CU_STREAM_PER_THREAD);
+}
+
+cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
+{
+    cupool_context_t *c = cupool_context_of(ctx);
+    if (c) order_thread_stream(c);
+    /* A lookup is the thread's cache missing: its first call in this
+     * context, or its first since it used another or some context went
+     * away.  So a thread switching contexts back and forth is counted again
+     * each time: too many threads only turn the driver queue on. */
+    if (c && cupool_hot.queue) atomic_fetch_add_explicit(&c->threads, 1, memory_order_relaxed);
+    if (cupool_stats_thread(c ? c->ordinal : -1)) {
+        cupool_thread.context_handle = ctx;
+        cupool_thread.context = c;
+        cupool_thread.context_generation = generation;
+    }
+    return c;
+}
+
+/* ---- what the shims read of a context (engine.h) ---------------------------- */
+
+CUcontext cupool_context_handle(const cupool_context_t *c)
+{
+    return c->ctx;
+}
+
+int cupool_context_ordinal(const cupool_context_t *c)
+{
+    return c->ordinal;
+}
+
+int cupool_context_pooled(const cupool_context_t *c)
+{
+    return c->device->pooled;
+}
+
+int cupool_context_exportable(const cupool_context_t *c)
+{
+    return c->device->exportable;
+}
+
+int cupool_context_mode(const cupool_context_t *c)
+{
+    return atomic_load_explicit(&c->mode, memory_order_relaxed);
+}
+
+void cupool_context_set_primary(cupool_context_t *c)
+{
+    c->primary = 1;
+}
+
+void cupool_context_used(cupool_context_t *c, int64_t delta)
+{
+    cupool_device_used(c->device, delta);
+}
+
+uint64_t cupool_context_reserved_recent(cupool_context_t *c, uint64_t now_ns)
+{
+    return cupool_device_reserved_recent(c->device, now_ns);
+}
+
+uint64_t cupool_context_ready_bytes(const cupool_context_t *c)
+{
+    return cupool_ready_bytes(c);
+}
+
+uint64_t cupool_context_waiting_bytes(const cupool_context_t *c)
+{
+    return cupool_deferred_waiting_bytes(c);
+}
+
+uint64_t cupool_context_idle_bytes(cupool_context_t *c)
+{
+    return cupool_device_reserved_unused(c->device) + cupool_ready_bytes(c);
+}
+
+int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg)
+{
+    int stop = 0;
+    pthread_mutex_lock(&cupool_registry_lock);
+    for (cupool_context_t *c = cupool_contexts; c && !stop; c = c->next) stop = fn(c, arg);
+    pthread_mutex_unlock(&cupool_registry_lock);
+    return stop;
+}
+
+
+/* ---- streams ------------------------------------------------------------- */
+
+void cupool_track_stream(CUstream stream, unsigned flags)
+{
+    if (!cupool_active()) return;
+    /* The calling thread's current context (cupool_current_context). */
+    CUcontext ctx = NULL;
+    unsigned generation;
+    cupool_context_t *c = cupool_context_from_cache(&ctx, &generation);
+    if (!c && ctx) c = cupool_context_lookup(ctx, generation);
+    if (!c) return;
+    order_after_allocations(c, stream);
+    if (!(flags & CU_STREAM_NON_BLOCKING)) return;
+    pthread_mutex_lock(&c->lock);
+    if (c->nstreams == c->streams_cap) {
+        int cap = c->streams_cap ? 2 * c->streams_cap : 8;
+        CUstream *grown = realloc(c->streams, (size_t)cap * sizeof *grown);
+        if (grown) {
+            c->streams = grown;
+            c->streams_cap = cap;
+        }
+    }
+    int tracked = c->nstreams < c->streams_cap;
+    if (tracked) c->streams[c->nstreams++] = stream;
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&cupool_registry_lock);
+    /* An untracked stream could not be waited for: only sync is safe then. */
+    promote(c, tracked ? CUPOOL_FREE_DEFERRED : CUPOOL_FREE_SYNC);
+    pthread_mutex_unlock(&cupool_registry_lock);
+}
+
+void cupool_forget_stream(CUstream stream)
+{
+    pthread_mutex_lock(&cupool_registry_lock);
+    for (cupool_context_t *c = cupool_contexts; c; c = c->next) {
+        pthread_mutex_lock(&c->lock);
+        for (int i = 0; i < c->nstreams; i++) {
+            if (c->streams[i] != stream) continue;
+            c->streams[i] = c->streams[--c->nstreams];
+            /* Its remaining work may still use blocks freed in deferred
+             * mode, before or after this, which will no longer wait on it. */
+            cupool_deferred_stream_destroyed(c, stream);
+            break;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_unlock(&cupool_registry_lock);
+}

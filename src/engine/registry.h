@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The registry's own header, for its three files alone (tests/test_layers.sh
+ * checks): the devices and their pools (devices.c), the contexts and their
+ * free modes (contexts.c), and a context's end with the engine's start-up
+ * and fork handlers (lifecycle.c).  The rest of the engine sees what they
+ * offer in state.h, the shims in engine.h.
+ */
+#ifndef CUPOOL_ENGINE_REGISTRY_H
+#define CUPOOL_ENGINE_REGISTRY_H
+
+#include "free/free.h"
+
+/* Guards the list of contexts and the devices' set-up (contexts.c).  Taken
+ * after the kept store's lock and before a context's lock, never the other
+ * way round. */
+extern pthread_mutex_t cupool_registry_lock;
+/* Every context cupool knows, chained by their `next` (cupool_registry_lock). */
+extern cupool_context_t *cupool_contexts;
+
+/* ---- devices.c ---------------------------------------------------------------- */
+
+/* The device of this ordinal, its pools set up at its first use by
+ * CUPOOL_POLICY; NULL for an ordinal out of range.  cupool_registry_lock
+ * held. */
+cupool_device_t *cupool_device_get(int ordinal);
+/* The pool every allocation on the device goes to whatever its size (one
+ * pool, no size bounds, no CUPOOL_LIMIT to count against); NULL when
+ * cupool_pick_pool must decide each time. */
+CUmemoryPool cupool_device_any_size_pool(const cupool_device_t *dev);
+
+/* ---- contexts.c --------------------------------------------------------------- */
+
+/* The state cupool keeps for ctx, or NULL; cupool_registry_lock held. */
+cupool_context_t *cupool_context_find_locked(CUcontext ctx);
+/* Moves every context of the device to a stronger free mode (under
+ * CUPOOL_FREE=auto); cupool_registry_lock held. */
+void cupool_promote_device(cupool_device_t *dev, int mode);
+
+#endif
