@@ -21,9 +21,9 @@ __attribute__((noinline)) CUresult cupool_alloc_private(cupool_context_t *c, CUm
         /* The stream holds nothing the GPU must run (frees of blocks whose
          * users are done, waits on completed events), so the allocation is
          * nearly always complete at once: a query says so for less than a
-         * synchronize costs (PyTorch on a non-blocking stream, H200: a step
-         * 17.7/20.7 ms -> 16.6/17.8 ms in two rounds).  Both promise the
-         * same: every operation of the stream has completed. */
+         * synchronize costs (PyTorch's steps are faster for it: docs/DESIGN.md,
+         * "Measured costs behind the code").  Both promise the same: every
+         * operation of the stream has completed. */
         CUresult s = real_cuStreamQuery(c->private_stream);
         if (s == CUDA_ERROR_NOT_READY) s = real_cuStreamSynchronize(c->private_stream);
         if (s != CUDA_SUCCESS) {

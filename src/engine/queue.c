@@ -8,14 +8,12 @@
  * lock of its own, and when several threads call at once each call costs
  * three to four times what it costs one thread alone, because the driver's
  * data moves from core to core with its lock and waiting threads sleep and
- * wake in the kernel.  On the H200 the bare pair of 1 MiB costs 1.25 us on
- * one thread, and 15.6 us a thread with 4 threads, 65 us with 16: 3.9 to 4.1
- * us of driver time a pair where one thread needs 1.25.  A pthread mutex in
- * front of the driver changes nothing (its waiters sleep too).  A spin lock
- * in front cuts 16 threads to 16.6 us in the probe, whose threads take it
- * again straight after leaving it and so keep the driver's data in their
- * cache; around cupool's calls, with cupool's own work between them, it
- * gained 0-18% (bench/probes/threads_pair.c).  Here one
+ * wake in the kernel.  A pthread mutex in front of the driver changes
+ * nothing (its waiters sleep too).  A spin lock in front helps the probe
+ * (bench/probes/threads_pair.c), whose threads take it again straight
+ * after leaving it and so keep the driver's data in their cache, but
+ * little around cupool's calls, with cupool's own work between them (the
+ * figures: docs/DESIGN.md, "Measured costs behind the code").  Here one
  * thread makes every waiting thread's call in a row, which keeps the data
  * in one cache and serves every thread in turn.
  *

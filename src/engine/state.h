@@ -156,7 +156,8 @@ void cupool_queue_decide(void);
 CUresult cupool_queue_free(cupool_context_t *c, CUdeviceptr ptr);
 /* With the queue off (cupool_hot.queue), or while one thread alone has
  * used the context, a thread calls the driver itself: one thread needs no
- * queue, nor its atomic operations (2% of a pair on the H200). */
+ * queue, nor its atomic operations (a share of a pair: docs/DESIGN.md,
+ * "Measured costs behind the code"). */
 static inline int cupool_queue_wanted(const cupool_context_t *c)
 {
     return atomic_load_explicit(&c->threads, memory_order_relaxed) > 1;

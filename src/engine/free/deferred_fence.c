@@ -18,12 +18,13 @@
  * stream pool: 32 per priority level, 128 in all) and use few of them.
  *
  * A driver of CUDA 12.5 or later records one event for all the work of a
- * context (cuCtxRecordEvent): 0.2-0.3 us on the H200 whatever the number of
- * streams, so every free sets its own fence.  compute-sanitizer (13.0) does
+ * context (cuCtxRecordEvent), at a cost that does not grow with the number
+ * of streams, so every free sets its own fence.  compute-sanitizer (13.0) does
  * not order a free after such an event, so with a CUDA tool attached, or
  * CUPOOL_DEFERRED_FENCE=streams, each stream's work is fanned in instead:
  * cupool's fence stream waits for an event recorded on each (cuEventRecord +
- * cuStreamWaitEvent, about 0.25 us a stream, 32 us for 128), and one event
+ * cuStreamWaitEvent, a cost per stream: docs/DESIGN.md, "Measured costs
+ * behind the code"), and one event
  * after those waits is the only thing polled.  A fan-in is set for a batch
  * of frees at once, at the first cupool call after the batch has waited
  * long enough or grown large enough for it to be cheap per free; setting

@@ -12,10 +12,11 @@
 #include <time.h>
 
 /* ---- ordered reuse ----------------------------------------------------------
- * An `ordered` allocation and free cost two pool calls on the legacy stream
- * (0.7-1.2 us a pair on the H200), and PyTorch makes about 520 pairs in a
- * training step (2.4-4.1% of it; docs/examples/README.md).  A freed block need not leave cupool's hands to serve the
- * context's next allocation of its size: what that needs is order, not
+ * An `ordered` allocation and free cost two pool calls on the legacy
+ * stream, and PyTorch makes hundreds of pairs in a training step, a few
+ * percent of it (docs/DESIGN.md, "Measured costs behind the code").  A
+ * freed block need not leave cupool's hands to serve the context's next
+ * allocation of its size: what that needs is order, not
  * completion.  `ordered` holds while every user of the context's memory is
  * on the legacy, a blocking or a per-thread stream; an operation on the
  * legacy stream waits for all the work they were given before it, and all
@@ -27,8 +28,8 @@
  * store, noting the count of such operations it must see pass
  * (c->fences + 1, its `due`).  An allocation of its size takes the oldest
  * block of that size, first recording an event on the legacy stream (an
- * ordered fence, 0.3 us) when none has been recorded since that block's
- * free: one fence serves every block freed before it.  A block the store
+ * ordered fence, cheaper than a pool call) when none has been recorded
+ * since that block's free: one fence serves every block freed before it.  A block the store
  * hands back to its pool goes on the legacy stream, as `ordered` frees.  A
  * synchronization of the context (the move out of `ordered`, teardown)
  * completes every user of the blocks kept before it began (numbered in
@@ -120,9 +121,9 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
      * another thread freed (looked at first without the lock, as a hint).
      * Threads sharing the context would otherwise pass that one block
      * around, each free handing back another's under the store's lock,
-     * where the driver queue makes their pool calls together (1 GiB, 16
-     * threads on the H200: 0.63-1.68x the bare calls in five runs, against
-     * 0.55x). */
+     * where the driver queue makes their pool calls together (slower
+     * than the bare calls, where keeping it is faster: docs/DESIGN.md,
+     * "Measured costs behind the code"). */
     int oversize = o->size > cap;
     if (!oversize || (cap && cupool_option_started(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED &&
                       !oversize_of_another_thread(c))) {

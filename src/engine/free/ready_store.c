@@ -16,8 +16,9 @@
 /* ---- ready blocks ------------------------------------------------------------
  * A `deferred` allocation costs a pool call on cupool's private stream and a
  * query of that stream, so that the block is complete for every stream
- * (about 3.6 us under PyTorch on the H200, where `ordered`'s pool call is
- * 0.6 us).  A freed block whose fence has completed is that already: no work
+ * (several times `ordered`'s pool call under PyTorch: docs/DESIGN.md,
+ * "Measured costs behind the code").
+ * A freed block whose fence has completed is that already: no work
  * of the program uses it any more, and it never left cupool's hands.  So it
  * waits in the context's ready store, still allocated from its pool, for the
  * context's next `deferred` allocation of the same size, which it serves
@@ -29,12 +30,12 @@
  * the context leaves `deferred`, and on out-of-memory (cupool_trim_device).
  * cuMemGetInfo counts the store as free memory.
  * The price is memory: a block waits for its own size, where the pool could
- * have served any smaller request from it.  PyTorch on a non-blocking stream
- * (H200, without the store and with it): a step 1.08-1.30x -> 1.03-1.17x the
- * caching allocator's time (median 1.055), peak memory 1.45x -> 1.57-1.69x.
- * Handing the oldest ready blocks back on a miss kept the peak at 1.51x but
- * cost more time than the store saved (1.16x): a miss is mostly a block of
- * that size still waiting for its fence, not a size the program dropped. */
+ * have served any smaller request from it: PyTorch on a non-blocking
+ * stream steps faster with the store and peaks higher.  Handing the oldest
+ * ready blocks back on a miss kept the peak down but cost more time than
+ * the store saved: a miss is mostly a block of that size still waiting for
+ * its fence, not a size the program dropped (the figures: docs/DESIGN.md,
+ * "Measured costs behind the code"). */
 #define READY_MAX_AGE_NS 1000000000ull
 
 /* The most the store keeps now: CUPOOL_DEFERRED_READY or
@@ -256,10 +257,10 @@ void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
 
 /* An allocation of `size` the store has no block for: its blocks are
  * memory the pool cannot give to it, so the pool would reserve more while
- * they wait for sizes that may not come again (PyTorch inference over
- * changing shapes, a 256 MiB store: the peak 2.10x the caching allocator's;
- * 1.09-1.17x with this, and 1.01-1.09x with it and a 64 MiB store).  The
- * oldest go back on
+ * they wait for sizes that may not come again (without this, PyTorch
+ * inference over changing shapes peaks at twice the caching allocator's
+ * memory: docs/DESIGN.md, "Measured costs behind the code").  The oldest
+ * go back on
  * `stream` (on the legacy stream while their users may still run), where
  * the allocation follows them, so the pool can hand their memory straight
  * on.  c->lock held. */
