@@ -102,6 +102,7 @@ static const option_case_t options[] = {
     {"CUPOOL_MANAGED_KEEP", "1G", {"0", "64M", "unlimited"}, {"-1G", "some", "50%"}},
     {"CUPOOL_SHARE", "1", {"0", "1", "off", "on"}, {"2", "share"}},
     {"CUPOOL_SHARE_DIR", "/dev/shm", {NULL}, {NULL}}, /* any text is a directory: tests/test_share.c */
+    {"CUPOOL_SHARE_INFO", "0", {"0", "1", "off", "on"}, {"2", "info"}},
     {"CUPOOL_IDLE_KEEP", "unlimited", {"0", "1G", "unlimited", "25%"}, {"-1", "idle", "25 %"}},
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
