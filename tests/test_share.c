@@ -389,8 +389,9 @@ static int strangers(void)
     int result;
     unsigned long long ms;
     tl_child_t b;
-    /* A needer that asks for more than the device holds: it asks everyone. */
-    snprintf(none.want, sizeof none.want, "%llu", 1024ull * MiB);
+    /* A needer that asks for more than any device holds (1 TiB): it asks
+     * everyone. */
+    snprintf(none.want, sizeof none.want, "%llu", 1024ull * 1024 * MiB);
     if (needer_run(&none, (const char *const[]){NULL}, &result, &ms, &b) != 0) failed = 1;
     tl_child_free(&b);
     if (!asked_through(good)) {
@@ -479,8 +480,8 @@ static int other_device(void)
         fprintf(stderr, "other-device: FAILED (holder)\n");
         return 1;
     }
-    /* More than the device holds: B asks everyone. */
-    snprintf(h.want, sizeof h.want, "%llu", 1024ull * MiB);
+    /* More than any device holds (1 TiB): B asks everyone. */
+    snprintf(h.want, sizeof h.want, "%llu", 1024ull * 1024 * MiB);
     int result = -1;
     unsigned long long ms = 0;
     tl_child_t b;

@@ -214,6 +214,25 @@ typedef struct {
     uint64_t before, after;  /* what the pools reserve */
 } give_t;
 
+/* Blocks whose users may still run went back on the legacy stream, behind
+ * the program's work (free/ready_store.c), and a pool trims only memory
+ * whose free the host has seen complete.  An event recorded after those
+ * frees, if it has completed by now, is synchronized: that shows the pool
+ * the frees and waits for nothing.  If the program's work is still
+ * running, its blocks stay reserved: no work of the program is waited for.
+ * Not while a capture is in progress (the legacy stream would disturb it). */
+static void observe_legacy_frees(void)
+{
+    CUevent done;
+    if (!cupool_legacy_enter()) return;
+    if (real_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+        if (real_cuEventRecord(done, CU_STREAM_LEGACY) == CUDA_SUCCESS && real_cuEventQuery(done) == CUDA_SUCCESS)
+            real_cuEventSynchronize(done);
+        real_cuEventDestroy_v2(done);
+    }
+    cupool_legacy_leave();
+}
+
 /* For each context of the device (registry lock held, none torn down
  * meanwhile): its completed blocks and ready store back to its pools, its
  * own stream's frees done; then the pools trimmed to what is in use and
@@ -230,10 +249,9 @@ static int give_back_context(cupool_context_t *c, void *arg)
     cupool_reclaim(c);
     cupool_ready_return_all(c);
     /* The frees just made on cupool's own stream (it holds nothing
-     * else): done before the trim, or their memory would stay reserved.
-     * Frees behind the program's work, on the legacy stream, are not
-     * waited for. */
+     * else): done before the trim, or their memory would stay reserved. */
     real_cuStreamSynchronize(c->private_stream);
+    observe_legacy_frees();
     /* Frees ordered on the GPU behind `deferred`'s fences (free/deferred_fence.c)
      * go on cupool's fence stream: a query shows the pool those the GPU has
      * passed, without a wait for the program's work. */
