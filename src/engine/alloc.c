@@ -5,7 +5,11 @@
  * are done, `ordered` a block it kept or the pool on the legacy stream,
  * the rest the pool on cupool's own stream) and the fast path of cuMemAlloc
  * (cupool_alloc_fast), which the allocation shims (shims/memory.c) ask
- * first.  The free's counterparts are free/free_modes.c.
+ * first; and what an allocation that ran out of memory makes cupool hand
+ * back before it is tried again (cupool_trim_for_retry), which drives the
+ * free stores of every context on the device and the kept store, and so
+ * sits above the registry (contexts.c, devices.c).  The free's
+ * counterparts are free/free_modes.c.
  */
 #include "free/free.h"
 
@@ -102,4 +106,39 @@ CUPOOL_HOT_PATH int cupool_alloc_fast(CUdeviceptr *dptr, size_t size)
     }
     cupool_stats_fast_alloc(size);
     return 1;
+}
+
+/* ---- out of memory ---------------------------------------------------------- */
+
+/* Hands back what one context holds freed (deferred, ready) when it is on
+ * the device that ran out of memory (arg). */
+static int reclaim_on_device(cupool_context_t *each, void *arg)
+{
+    if (each->device != arg) return 0;
+    int pushed = cupool_enter_context(each->ctx);
+    cupool_reclaim_all(each);
+    cupool_leave_context(pushed);
+    return 0;
+}
+
+/* Frees everything the pools no longer need on a device. */
+static void trim_device(cupool_context_t *c)
+{
+    cupool_device_t *dev = c->device;
+    /* Every context on the device: the blocks one holds freed (deferred,
+     * ready) may be the memory another is missing. */
+    cupool_each_context(reclaim_on_device, dev);
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    if (atomic_load(&cupool_hot.captures) == 0) real_cuCtxSynchronize();
+    for (int i = 0; i < dev->npools; i++) real_cuMemPoolTrimTo(dev->pools[i], 0);
+    cupool_relaxed_end(previous);
+    atomic_fetch_add(&cupool_stats_for(dev->ordinal)->trims, 1);
+}
+
+void cupool_trim_for_retry(cupool_context_t *c)
+{
+    atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
+    trim_device(c);
+    /* Kept managed blocks may hold device memory too. */
+    cupool_kept_release(CUPOOL_KEPT_CLASS_MANAGED);
 }

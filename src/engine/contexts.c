@@ -8,20 +8,21 @@
  * that could use it have completed, `sync` waits for the whole context.
  * Under CUPOOL_FREE=auto a context starts `ordered` and is moved,
  * synchronizing once, the moment the program does something that would
- * make `ordered` wrong: a non-blocking stream (to `deferred`, here), a
- * second context on the device (here) or peer access (to `sync`,
- * devices.c).  The context and peer-access shims (shims/context.c) and the
- * stream shims (shims/stream.c) watch for exactly those things and tell the
- * registry; the free subsystem (free/free_modes.c and the files it
- * dispatches to) carries the frees out.  Here too: a thread's context
- * cache, and what the shims read of a context.  Its end is lifecycle.c's.
+ * make `ordered` wrong: a non-blocking stream (to `deferred`), a second
+ * context on the device or peer access (to `sync`), all three here.  The
+ * context and peer-access shims (shims/context.c) and the stream shims
+ * (shims/stream.c) watch for exactly those things and tell the registry;
+ * the free subsystem (free/free_modes.c and the files it dispatches to)
+ * carries the frees out.  Here too: a thread's context cache, what the
+ * shims read of a context, and the registry's report for the live
+ * statistics page.  The registry sits above the devices (devices.c, which
+ * knows no context) and below a context's end (lifecycle.c).
  */
 #include "registry.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-pthread_mutex_t cupool_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 cupool_context_t *cupool_contexts;
 
 static const char *mode_name(int mode)
@@ -61,11 +62,13 @@ static void promote(cupool_context_t *c, int mode)
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
 }
 
-void cupool_promote_device(cupool_device_t *dev, int mode)
+/* Moves every context of the device of this ordinal to a stronger free
+ * mode (under CUPOOL_FREE=auto).  Called with cupool_registry_lock held. */
+static void promote_device(int ordinal, int mode)
 {
     CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     for (cupool_context_t *c = cupool_contexts; c; c = c->next)
-        if (c->device == dev) promote(c, mode);
+        if (c->ordinal == ordinal) promote(c, mode);
 }
 
 static int is_primary(CUcontext ctx, int ordinal)
@@ -125,7 +128,7 @@ static cupool_context_t *context_locked(CUcontext ctx)
     c->next = cupool_contexts;
     cupool_contexts = c;
     if (++dev->contexts > 1) dev->shared = 1;
-    if (dev->shared) cupool_promote_device(dev, CUPOOL_FREE_SYNC);
+    if (dev->shared) promote_device(ordinal, CUPOOL_FREE_SYNC);
     return c;
 }
 
@@ -180,7 +183,8 @@ static void order_thread_stream(cupool_context_t *c)
     order_after_allocations(c, CU_STREAM_PER_THREAD);
 }
 
-cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
+/* Asks the registry for the state of ctx and fills the thread's cache. */
+static cupool_context_t *context_lookup(CUcontext ctx, unsigned generation)
 {
     cupool_context_t *c = cupool_context_of(ctx);
     if (c) order_thread_stream(c);
@@ -195,6 +199,15 @@ cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation)
         cupool_thread.context_generation = generation;
     }
     return c;
+}
+
+cupool_context_t *cupool_current_context(void)
+{
+    CUcontext ctx = NULL;
+    unsigned generation;
+    cupool_context_t *c = cupool_context_from_cache(&ctx, &generation);
+    if (CUPOOL_LIKELY(c) || !ctx) return c;
+    return context_lookup(ctx, generation);
 }
 
 /* ---- what the shims read of a context (engine.h) ---------------------------- */
@@ -273,7 +286,7 @@ void cupool_track_stream(CUstream stream, unsigned flags)
     CUcontext ctx = NULL;
     unsigned generation;
     cupool_context_t *c = cupool_context_from_cache(&ctx, &generation);
-    if (!c && ctx) c = cupool_context_lookup(ctx, generation);
+    if (!c && ctx) c = context_lookup(ctx, generation);
     if (!c) return;
     order_after_allocations(c, stream);
     if (!(flags & CU_STREAM_NON_BLOCKING)) return;
@@ -311,4 +324,53 @@ void cupool_forget_stream(CUstream stream)
         pthread_mutex_unlock(&c->lock);
     }
     pthread_mutex_unlock(&cupool_registry_lock);
+}
+
+/* ---- peer access ------------------------------------------------------------ */
+
+static int context_device(CUcontext ctx)
+{
+    CUdevice ordinal = -1;
+    int pushed = cupool_enter_context(ctx);
+    if (real_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) ordinal = -1;
+    cupool_leave_context(pushed);
+    return ordinal;
+}
+
+/* Pools ignore cuCtxEnablePeerAccess: the current device is granted access to
+ * the peer device's pools (devices.c), and both devices' memory now escapes a
+ * context. */
+void cupool_peer_access(CUcontext peer, int enable)
+{
+    CUcontext current = NULL;
+    real_cuCtxGetCurrent(&current);
+    int self = current ? context_device(current) : -1, other = context_device(peer);
+    if (self < 0 || other < 0 || self >= CUPOOL_MAX_DEVICES || other >= CUPOOL_MAX_DEVICES) return;
+    if (current) cupool_context_of(current);
+    pthread_mutex_lock(&cupool_registry_lock);
+    if (cupool_device_peer_access(self, other, enable)) {
+        promote_device(other, CUPOOL_FREE_SYNC);
+        promote_device(self, CUPOOL_FREE_SYNC);
+    }
+    pthread_mutex_unlock(&cupool_registry_lock);
+}
+
+/* ---- the live statistics page ----------------------------------------------- */
+
+/* Per device ordinal, the free modes its contexts are in (bit m: mode m),
+ * how many contexts cupool keeps, and what devices.c reports of its pools.
+ * Under cupool_registry_lock: no context teardown cupool sees (the
+ * program's own, or a runtime's at exit) runs meanwhile. */
+int cupool_devices_report(int query, unsigned modes[], unsigned ncontexts[], int pooled[], uint64_t reserved[])
+{
+    pthread_mutex_lock(&cupool_registry_lock);
+    for (int d = 0; d < CUPOOL_MAX_DEVICES; d++) modes[d] = ncontexts[d] = 0;
+    for (cupool_context_t *c = cupool_contexts; c; c = c->next) {
+        if (c->ordinal < 0 || c->ordinal >= CUPOOL_MAX_DEVICES) continue;
+        modes[c->ordinal] |= 1u << atomic_load_explicit(&c->mode, memory_order_relaxed);
+        ncontexts[c->ordinal]++;
+    }
+    int n = cupool_devices_pools_report(query, pooled, reserved);
+    pthread_mutex_unlock(&cupool_registry_lock);
+    return n;
 }

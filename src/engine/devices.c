@@ -3,15 +3,18 @@
  * The devices cupool serves and their pools (cupool_device_t, state.h): a
  * device's pools, set up at its first context as CUPOOL_POLICY says
  * (exportable with CUPOOL_IPC, ipc.c); the pool an allocation of a size
- * goes to; what the pools reserve, asked of the driver; peer access,
- * mirrored onto the pools (memory then escapes a context: its devices'
- * contexts move to `sync`); and what an allocation that ran out of memory
- * makes cupool hand back first.  The registry's lock and its list of
- * contexts are contexts.c's (registry.h).
+ * goes to; what the pools reserve, asked of the driver; and peer access,
+ * mirrored onto the pools (memory then escapes a context: contexts.c moves
+ * the devices' contexts to `sync`).  The registry's lowest file, which
+ * calls nothing of the contexts above it: the registry's lock is defined
+ * here, with the devices' set-up it guards; the list of contexts is
+ * contexts.c's (registry.h).
  */
 #include "registry.h"
 
 #include <string.h>
+
+pthread_mutex_t cupool_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static cupool_device_t devices[CUPOOL_MAX_DEVICES];
 static int devices_ready[CUPOOL_MAX_DEVICES];
@@ -166,27 +169,19 @@ uint64_t cupool_device_reserved_unused(cupool_device_t *dev)
     return total;
 }
 
-/* For the live statistics page (live.c): per device ordinal, the free
- * modes its contexts are in (bit m: mode m), how many contexts cupool
- * keeps, whether pools serve it and, with `query`, what its pools reserve.
- * The driver is asked only for a device with a live context, and under
- * cupool_registry_lock: no context teardown cupool sees (the program's own,
- * or a runtime's at exit) runs meanwhile.  Returns 1 + the highest ordinal
- * set up, 0 for none. */
-int cupool_devices_report(int query, unsigned modes[], unsigned ncontexts[], int pooled[], uint64_t reserved[])
+/* For the live statistics page (cupool_devices_report, contexts.c): per
+ * device ordinal, whether pools serve it and, with `query`, what its pools
+ * reserve, the driver asked only for a device with a live context.
+ * cupool_registry_lock held.  Returns 1 + the highest ordinal set up, 0 for
+ * none. */
+int cupool_devices_pools_report(int query, int pooled[], uint64_t reserved[])
 {
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     int n = 0;
-    pthread_mutex_lock(&cupool_registry_lock);
     for (int d = 0; d < CUPOOL_MAX_DEVICES; d++) {
-        modes[d] = ncontexts[d] = 0;
         pooled[d] = devices_ready[d] && devices[d].pooled;
         reserved[d] = 0;
         if (devices_ready[d]) n = d + 1;
-    }
-    for (cupool_context_t *c = cupool_contexts; c; c = c->next) {
-        if (c->ordinal < 0 || c->ordinal >= CUPOOL_MAX_DEVICES) continue;
-        modes[c->ordinal] |= 1u << atomic_load_explicit(&c->mode, memory_order_relaxed);
-        ncontexts[c->ordinal]++;
     }
     if (query) {
         CUstreamCaptureMode previous = cupool_relaxed_begin();
@@ -194,7 +189,6 @@ int cupool_devices_report(int query, unsigned modes[], unsigned ncontexts[], int
             if (pooled[d] && devices[d].contexts > 0) reserved[d] = cupool_device_reserved(&devices[d]);
         cupool_relaxed_end(previous);
     }
-    pthread_mutex_unlock(&cupool_registry_lock);
     return n;
 }
 
@@ -219,65 +213,15 @@ int cupool_pools_in_use(void)
 
 /* ---- peer access ------------------------------------------------------------ */
 
-static int context_device(CUcontext ctx)
+int cupool_device_peer_access(int self, int other, int enable)
 {
-    CUdevice ordinal = -1;
-    int pushed = cupool_enter_context(ctx);
-    if (real_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) ordinal = -1;
-    cupool_leave_context(pushed);
-    return ordinal;
-}
-
-/* Pools ignore cuCtxEnablePeerAccess: the current device is granted access to
- * the peer device's pools, and both devices' memory now escapes a context. */
-void cupool_peer_access(CUcontext peer, int enable)
-{
-    CUcontext current = NULL;
-    real_cuCtxGetCurrent(&current);
-    int self = current ? context_device(current) : -1, other = context_device(peer);
-    if (self < 0 || other < 0 || self >= CUPOOL_MAX_DEVICES || other >= CUPOOL_MAX_DEVICES) return;
-    if (current) cupool_context_of(current);
-    pthread_mutex_lock(&cupool_registry_lock);
+    CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     cupool_device_t *dev = cupool_device_get(other);
-    if (dev) {
-        if (enable) dev->peers |= 1ull << self;
-        else dev->peers &= ~(1ull << self);
-        if (dev->pooled) grant_access(dev, self, enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE);
-        if (enable) {
-            dev->shared = devices[self].shared = 1;
-            cupool_promote_device(dev, CUPOOL_FREE_SYNC);
-            cupool_promote_device(&devices[self], CUPOOL_FREE_SYNC);
-        }
-    }
-    pthread_mutex_unlock(&cupool_registry_lock);
-}
-
-/* ---- out of memory ---------------------------------------------------------- */
-
-void cupool_trim_device(cupool_context_t *c)
-{
-    cupool_device_t *dev = c->device;
-    /* Every context on the device: the blocks one holds freed (deferred,
-     * ready) may be the memory another is missing. */
-    pthread_mutex_lock(&cupool_registry_lock);
-    for (cupool_context_t *each = cupool_contexts; each; each = each->next) {
-        if (each->device != dev) continue;
-        int pushed = cupool_enter_context(each->ctx);
-        cupool_reclaim_all(each);
-        cupool_leave_context(pushed);
-    }
-    pthread_mutex_unlock(&cupool_registry_lock);
-    CUstreamCaptureMode previous = cupool_relaxed_begin();
-    if (atomic_load(&cupool_hot.captures) == 0) real_cuCtxSynchronize();
-    for (int i = 0; i < dev->npools; i++) real_cuMemPoolTrimTo(dev->pools[i], 0);
-    cupool_relaxed_end(previous);
-    atomic_fetch_add(&cupool_stats_for(dev->ordinal)->trims, 1);
-}
-
-void cupool_trim_for_retry(cupool_context_t *c)
-{
-    atomic_fetch_add(&cupool_stats_for(c->device->ordinal)->oom_retries, 1);
-    cupool_trim_device(c);
-    /* Kept managed blocks may hold device memory too. */
-    cupool_kept_release(CUPOOL_KEPT_CLASS_MANAGED);
+    if (!dev) return 0;
+    if (enable) dev->peers |= 1ull << self;
+    else dev->peers &= ~(1ull << self);
+    if (dev->pooled) grant_access(dev, self, enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    if (!enable) return 0;
+    dev->shared = devices[self].shared = 1;
+    return 1;
 }

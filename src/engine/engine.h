@@ -40,8 +40,6 @@ void cupool_live_stop(void);
 
 /* ---- contexts ----------------------------------------------------------------- */
 
-/* Asks the registry for the state of ctx and fills the thread's cache. */
-cupool_context_t *cupool_context_lookup(CUcontext ctx, unsigned generation);
 /* The thread's cached state of its current context (*ctx, as of
  * *generation), or NULL when the cache misses or holds none; *ctx is NULL
  * when no context is current. */
@@ -55,16 +53,10 @@ static inline cupool_context_t *cupool_context_from_cache(CUcontext *ctx, unsign
     return NULL;
 }
 /* The state of the calling thread's current context, created on first use;
- * NULL when no context is current or cupool cannot pool there.  Inline: the
- * thread's cache answers nearly every time. */
-static inline cupool_context_t *cupool_current_context(void)
-{
-    CUcontext ctx = NULL;
-    unsigned generation;
-    cupool_context_t *c = cupool_context_from_cache(&ctx, &generation);
-    if (CUPOOL_LIKELY(c) || !ctx) return c;
-    return cupool_context_lookup(ctx, generation);
-}
+ * NULL when no context is current or cupool cannot pool there.  The
+ * thread's cache answers nearly every time; a miss asks the registry
+ * (contexts.c). */
+cupool_context_t *cupool_current_context(void);
 /* The state of a given context, created on first use (must be current). */
 cupool_context_t *cupool_context_of(CUcontext ctx);
 /* What the shims read of a context's state: its driver handle, its
@@ -135,7 +127,7 @@ int cupool_free_keeps_block(const cupool_origin_t *o);
  * cupool_free_keeps_block decided (how): the free's one mode dispatch. */
 CUresult cupool_free_block(cupool_context_t *c, const cupool_origin_t *o, enum cupool_free_how how);
 
-/* ---- contexts' lifecycle (lifecycle.c, devices.c, for shims/context.c) ------------- */
+/* ---- contexts' lifecycle (lifecycle.c, contexts.c, for shims/context.c) ------------ */
 
 /* A context cuCtxDestroy is about to destroy (unless it is a primary one,
  * or not valid); a device's primary context about to be reset; about to be

@@ -11,11 +11,12 @@
 
 #include "free/free.h"
 
-/* Guards the list of contexts and the devices' set-up (contexts.c).  Taken
+/* Guards the list of contexts and the devices' set-up (devices.c).  Taken
  * after the kept store's lock and before a context's lock, never the other
  * way round. */
 extern pthread_mutex_t cupool_registry_lock;
-/* Every context cupool knows, chained by their `next` (cupool_registry_lock). */
+/* Every context cupool knows, chained by their `next` (contexts.c,
+ * cupool_registry_lock). */
 extern cupool_context_t *cupool_contexts;
 
 /* ---- devices.c ---------------------------------------------------------------- */
@@ -28,13 +29,21 @@ cupool_device_t *cupool_device_get(int ordinal);
  * pool, no size bounds, no CUPOOL_LIMIT to count against); NULL when
  * cupool_pick_pool must decide each time. */
 CUmemoryPool cupool_device_any_size_pool(const cupool_device_t *dev);
+/* Peer access granted (enable) to device `self`, or taken from it, on the
+ * pools of device `other` (both ordinals in range), mirrored onto those
+ * pools.  Granted, the memory of both devices now escapes a context: both
+ * are marked shared, and it returns 1, their contexts then to move to
+ * `sync`.  cupool_registry_lock held. */
+int cupool_device_peer_access(int self, int other, int enable);
+/* For cupool_devices_report: per device ordinal, whether pools serve it
+ * and, with `query`, what its pools reserve (asked of the driver only for
+ * a device with a live context); returns 1 + the highest ordinal set up, 0
+ * for none.  cupool_registry_lock held. */
+int cupool_devices_pools_report(int query, int pooled[], uint64_t reserved[]);
 
 /* ---- contexts.c --------------------------------------------------------------- */
 
 /* The state cupool keeps for ctx, or NULL; cupool_registry_lock held. */
 cupool_context_t *cupool_context_find_locked(CUcontext ctx);
-/* Moves every context of the device to a stronger free mode (under
- * CUPOOL_FREE=auto); cupool_registry_lock held. */
-void cupool_promote_device(cupool_device_t *dev, int mode);
 
 #endif

@@ -176,8 +176,6 @@ static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *p
     cupool_legacy_leave();
     return r;
 }
-/* Frees everything the pools no longer need on a device (OOM). */
-void cupool_trim_device(cupool_context_t *c);
 /* An allocation on cupool's private stream, complete before it returns
  * (alloc.c): every allocation but `ordered`'s. */
 CUresult cupool_alloc_private(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size);

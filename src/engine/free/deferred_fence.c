@@ -37,53 +37,9 @@
 
 /* A program that frees faster than the GPU catches up (the host runs ahead
  * of its kernels) would otherwise pile up freed memory without bound; past
- * CUPOOL_DEFERRED_WAIT bytes waiting (cupool_deferred_cap), a free waits
- * for the oldest batches (a native cuMemFree would have waited for the
- * whole device). */
-
-/* CUPOOL_DEFERRED_READY and CUPOOL_DEFERRED_WAIT may be a share of the
- * bytes in use ("25%"): what cupool holds then grows and shrinks with the
- * program, as a framework's caching allocator's cache does.  A share never
- * comes to less than this, so that a small program's frees do not wait for
- * the GPU one by one. */
-#define HELD_SHARE_FLOOR (64ull << 20)
-
-/* The bytes the device's pools have allocated (in use by the program, or
- * held by cupool), asked of the driver at most once a millisecond and anew
- * once cupool has handed blocks back (cupool_release_block clears the
- * time). */
-static uint64_t pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
-{
-    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
-    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
-    uint64_t used = 0;
-    for (int i = 0; i < dev->npools; i++) {
-        cuuint64_t value = 0;
-        real_cuMemPoolGetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &value);
-        used += value;
-    }
-    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
-    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
-    return used;
-}
-
-/* The bytes option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT)
- * allows the context to hold, or its share of the bytes the program has
- * in use on the device (the pools' allocated bytes less what this context
- * holds; a second context on the device means `sync`, which holds
- * nothing). */
-uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id)
-{
-    uint64_t value = cupool_option_started(id);
-    if (!cupool_is_share(value)) return value;
-    uint64_t used = pool_used_recent(c->device, cupool_now_ns());
-    /* Frees ordered on the GPU left the pools' count at the free. */
-    uint64_t held = c->ready_bytes;
-    if (!cupool_deferred_on_gpu()) held += c->deferred_bytes;
-    uint64_t in_use = used > held ? used - held : 0;
-    uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
-    return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
-}
+ * CUPOOL_DEFERRED_WAIT bytes waiting (cupool_deferred_cap, ready_store.c),
+ * a free waits for the oldest batches (a native cuMemFree would have
+ * waited for the whole device). */
 
 /* ---- frees ordered on the GPU (CUPOOL_DEFERRED_ORDER=gpu) -------------------
  * A block cupool holds until its fence completes is memory no allocation can
@@ -101,11 +57,6 @@ uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id)
  * query of its stream waits too: out of memory only where the frees could
  * not help.  The batch stays, with its fence and bytes, as the count of
  * memory waiting for the GPU (statistics, CUPOOL_DEFERRED_WAIT). */
-
-int cupool_deferred_on_gpu(void)
-{
-    return cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_GPU;
-}
 
 static CUevent take_event(cupool_context_t *c)
 {

@@ -92,6 +92,15 @@ static inline void cupool_give_record(cupool_spare_list_t *list, void *record)
  * cost the store its blocks. */
 #define MISS_GIVES_BACK (1ull << 20)
 
+/* Whether `deferred` frees go back to their pools at once, ordered on the
+ * GPU behind their fences (CUPOOL_DEFERRED_ORDER=gpu, deferred_fence.c),
+ * rather than held until the fences have completed (`host`): read by the
+ * fences and by the ready store's cap, below them. */
+static inline int cupool_deferred_on_gpu(void)
+{
+    return cupool_option_started(CUPOOL_OPT_DEFERRED_ORDER) == CUPOOL_DEFERRED_GPU;
+}
+
 /* ---- free_modes.c ------------------------------------------------------------ */
 
 /* A free the driver refused: warns, and the block stays the program's; or
@@ -120,15 +129,8 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o);
 
 /* ---- deferred_fence.c ------------------------------------------------------- */
 
-/* Whether `deferred` frees go back to their pools at once, ordered on the
- * GPU behind their fences (CUPOOL_DEFERRED_ORDER=gpu), rather than held
- * until the fences have completed (`host`). */
-int cupool_deferred_on_gpu(void);
 /* Whether `deferred`'s fences are one context-wide event (decided once). */
 int cupool_context_fences(void);
-/* What option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT) allows
- * the context to hold now: bytes, or a share of those in use. */
-uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id);
 /* Queues a `deferred` free behind a fence; cupool_defer_held holds it
  * until the capture in progress has ended (any mode).  c->lock not held. */
 CUresult cupool_defer(cupool_context_t *c, const cupool_origin_t *o);
@@ -136,6 +138,9 @@ CUresult cupool_defer_held(cupool_context_t *c, const cupool_origin_t *o);
 
 /* ---- ready_store.c ----------------------------------------------------------- */
 
+/* What option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT) allows
+ * the context to hold now: bytes, or a share of those in use. */
+uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id);
 /* The most the store keeps now (see ready_store.c). */
 uint64_t cupool_ready_cap(cupool_context_t *c);
 /* The list of a size, which may be empty; NULL when the size has none. */

@@ -3,15 +3,65 @@
  * The ready store of a context, shared by `ordered` and `deferred`: freed
  * blocks whose users are done (or, kept by `ordered`, ordered after them),
  * still allocated from their pools, waiting for the context's next
- * allocation of their size; with what every free mode uses to hand a block
- * back to its pool (cupool_give_back, cupool_release_block) or back to the
- * program when a free fails (cupool_restore_block), and the teardown of the
- * context's spare records.  Blocks stay in the origin table until they are
- * back in their pool, so a second free of one is caught.
+ * allocation of their size; the caps of what a context holds, the store's
+ * own and those of CUPOOL_DEFERRED_READY and CUPOOL_DEFERRED_WAIT (here,
+ * not in deferred_fence.c, because the store's cap needs them and the
+ * fences sit above the store, handing it their blocks); and what every free
+ * mode uses to hand a block back to its pool (cupool_give_back,
+ * cupool_release_block) or back to the program when a free fails
+ * (cupool_restore_block), and the teardown of the context's spare records.
+ * Blocks stay in the origin table until they are back in their pool, so a
+ * second free of one is caught.
  */
 #include "free_store.h"
 
 #include <string.h>
+
+/* ---- the caps of what a context holds -------------------------------------- */
+
+/* CUPOOL_DEFERRED_READY and CUPOOL_DEFERRED_WAIT may be a share of the
+ * bytes in use ("25%"): what cupool holds then grows and shrinks with the
+ * program, as a framework's caching allocator's cache does.  A share never
+ * comes to less than this, so that a small program's frees do not wait for
+ * the GPU one by one. */
+#define HELD_SHARE_FLOOR (64ull << 20)
+
+/* The bytes the device's pools have allocated (in use by the program, or
+ * held by cupool), asked of the driver at most once a millisecond and anew
+ * once cupool has handed blocks back (cupool_release_block clears the
+ * time). */
+static uint64_t pool_used_recent(cupool_device_t *dev, uint64_t now_ns)
+{
+    uint64_t at = atomic_load_explicit(&dev->pool_used_at_ns, memory_order_relaxed);
+    if (at && now_ns - at < 1000000) return atomic_load_explicit(&dev->pool_used, memory_order_relaxed);
+    uint64_t used = 0;
+    for (int i = 0; i < dev->npools; i++) {
+        cuuint64_t value = 0;
+        real_cuMemPoolGetAttribute(dev->pools[i], CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &value);
+        used += value;
+    }
+    atomic_store_explicit(&dev->pool_used, used, memory_order_relaxed);
+    atomic_store_explicit(&dev->pool_used_at_ns, now_ns, memory_order_relaxed);
+    return used;
+}
+
+/* The bytes option `id` (CUPOOL_DEFERRED_READY, CUPOOL_DEFERRED_WAIT)
+ * allows the context to hold, or its share of the bytes the program has
+ * in use on the device (the pools' allocated bytes less what this context
+ * holds; a second context on the device means `sync`, which holds
+ * nothing). */
+uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id)
+{
+    uint64_t value = cupool_option_started(id);
+    if (!cupool_is_share(value)) return value;
+    uint64_t used = pool_used_recent(c->device, cupool_now_ns());
+    /* Frees ordered on the GPU left the pools' count at the free. */
+    uint64_t held = c->ready_bytes;
+    if (!cupool_deferred_on_gpu()) held += c->deferred_bytes;
+    uint64_t in_use = used > held ? used - held : 0;
+    uint64_t cap = (uint64_t)((double)in_use * (double)(value & ~CUPOOL_SHARE_FLAG) / 10000.0);
+    return cap > HELD_SHARE_FLOOR ? cap : HELD_SHARE_FLOOR;
+}
 
 /* ---- ready blocks ------------------------------------------------------------
  * A `deferred` allocation costs a pool call on cupool's private stream and a
@@ -27,7 +77,7 @@
  * A ready block goes back to its pool, oldest first, when the store holds
  * more than cupool_ready_cap(), when READY_MAX_AGE_NS have passed since its free
  * (its fence) without a taker (a program that moved on to other sizes), when
- * the context leaves `deferred`, and on out-of-memory (cupool_trim_device).
+ * the context leaves `deferred`, and on out-of-memory (cupool_trim_for_retry).
  * cuMemGetInfo counts the store as free memory.
  * The price is memory: a block waits for its own size, where the pool could
  * have served any smaller request from it: PyTorch on a non-blocking
