@@ -3,7 +3,8 @@
  * (A) allocates and frees most of the device under cupool, keeps a small
  * block with a pattern in it, and waits; a needer (B) then asks for more
  * than the device has free.  On the simulator the device is one budget
- * shared by both (SIMCUDA_SHARED_DEVICE, SIMCUDA_MEM=256M); on a GPU
+ * shared by both (SIMCUDA_SHARED_DEVICE, SIMCUDA_MEM=256M), whose pools
+ * trim only frees the host has seen complete (SIMCUDA_TRIM_OBSERVED); on a GPU
  * (CUPOOL_TEST_DRIVER=real) it is the card, and the sizes follow
  * cuMemGetInfo.  Each case runs a fresh A and B in a socket folder
  * (CUPOOL_SHARE_DIR) and a device file of its own:
@@ -240,6 +241,9 @@ static void env_set_case(const char *share, const char *device)
     setenv("SIMCUDA_SHARED_DEVICE", device, 1);
     setenv("SIMCUDA_MEM", "256M", 1);
     setenv("SIMCUDA_DEVICES", "1", 1);
+    /* A trim sees only the frees the host has seen complete, as on a GPU:
+     * what a holder hands back on the legacy stream must be seen first. */
+    setenv("SIMCUDA_TRIM_OBSERVED", "1", 1);
 }
 
 /* The folder's path (cupool names it after the user). */

@@ -152,6 +152,7 @@ struct CUevent_st {
     double time_ms;
     CUstream stream;
     sim_clock clock; /* the work its last record covers */
+    unsigned long long frees_before; /* SIMCUDA_TRIM_OBSERVED: the stream-ordered frees its last record follows */
 };
 
 typedef struct sim_chunk sim_chunk;
@@ -297,6 +298,8 @@ typedef struct {
     bool no_ctx_record_event; /* cuCtxRecordEvent fails (CUDA_ERROR_NOT_SUPPORTED) */
     unsigned pool_call_us;    /* pool allocations and frees hold the lock this long */
     unsigned trim_ms;         /* SIMCUDA_TRIM_MS: a cuMemPoolTrimTo that releases memory takes this long */
+    bool trim_observed;       /* SIMCUDA_TRIM_OBSERVED: a trim skips frees the host has not seen complete */
+    unsigned long long pool_frees; /* stream-ordered frees of pool blocks so far (their order) */
     sim_races_mode races;     /* SIMCUDA_RACES */
     void (*pool_call_hook)(void); /* called after each, unlocked (simcuda_set_pool_call_hook) */
     unsigned long long next_id;
@@ -384,6 +387,10 @@ void sim_shm_cleanup(void);         /* removes this process's files (at exit, an
 /* ---- pools (sim_pool.c) ---------------------------------------------------- */
 CUresult sim_pool_alloc(CUmemoryPool pool, size_t size, CUcontext ctx, CUdeviceptr *out);
 void sim_pool_release_block(sim_alloc *a); /* returns a pool block, unregisters it */
+/* SIMCUDA_TRIM_OBSERVED: the host has seen complete ctx's stream-ordered
+ * frees on `stream` (NULL: any of its streams) up to number `upto`. */
+void sim_pool_frees_observed(CUcontext ctx, CUstream stream, unsigned long long upto);
+void sim_pool_stream_gone(CUstream s);
 void sim_pool_import_drop(sim_alloc *a, bool all); /* drops one reference of an import (all: every one) */
 void sim_pool_trim(CUmemoryPool pool, size_t keep);
 void sim_pools_trim_to_threshold(int device);

@@ -58,6 +58,7 @@ struct sim_chunk {
     bool exported;      /* a block of it was exported: another process may map its range */
     sim_range *used; /* sorted by offset */
     size_t nused, used_cap;
+    unsigned unobserved; /* SIMCUDA_TRIM_OBSERVED: frees of its blocks the host has not seen complete */
 };
 
 static size_t round_up(size_t n, size_t to)
@@ -162,11 +163,75 @@ static void chunk_release(CUmemoryPool pool, sim_chunk **link)
     free(c);
 }
 
+/* ---- frees the host has seen complete (SIMCUDA_TRIM_OBSERVED) -----------------
+ * The driver's pool trims only memory whose free the host has seen
+ * complete: a cuMemFreeAsync counts as outstanding until a synchronization
+ * of its stream, of its context, or of an event recorded after it on its
+ * stream (or a query of either that finds it done).  The simulator runs
+ * every free at once; with SIMCUDA_TRIM_OBSERVED=1 it keeps such frees'
+ * chunks from a trim until the host has seen them, as a GPU does. */
+typedef struct {
+    CUmemoryPool pool;
+    sim_chunk *chunk;
+    CUcontext ctx;
+    CUstream stream;
+    unsigned long long order; /* sim.pool_frees at the free */
+} unobserved_free;
+static unobserved_free *unobserved;
+static size_t nunobserved, unobserved_cap;
+
+static void unobserved_add(CUmemoryPool pool, sim_chunk *c, CUstream s)
+{
+    if (nunobserved == unobserved_cap) {
+        size_t cap = unobserved_cap ? 2 * unobserved_cap : 64;
+        unobserved_free *grown = realloc(unobserved, cap * sizeof *grown);
+        if (!grown) return; /* then the trim may take it: as without the option */
+        unobserved = grown;
+        unobserved_cap = cap;
+    }
+    unobserved[nunobserved++] = (unobserved_free){pool, c, s->ctx, s, ++sim.pool_frees};
+    c->unobserved++;
+}
+
+/* The host has seen complete the frees of ctx made on `stream` (NULL: on
+ * any of its streams) up to the free numbered `upto`. */
+void sim_pool_frees_observed(CUcontext ctx, CUstream stream, unsigned long long upto)
+{
+    for (size_t i = 0; i < nunobserved;) {
+        unobserved_free *f = &unobserved[i];
+        if (f->ctx == ctx && (!stream || f->stream == stream) && f->order <= upto) {
+            f->chunk->unobserved--;
+            *f = unobserved[--nunobserved];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* A pool or a stream that goes away takes its unseen frees with it. */
+static void unobserved_forget(CUmemoryPool pool, CUstream stream)
+{
+    for (size_t i = 0; i < nunobserved;) {
+        unobserved_free *f = &unobserved[i];
+        if ((pool && f->pool == pool) || (stream && f->stream == stream)) {
+            f->chunk->unobserved--;
+            *f = unobserved[--nunobserved];
+        } else {
+            i++;
+        }
+    }
+}
+
+void sim_pool_stream_gone(CUstream s)
+{
+    unobserved_forget(NULL, s);
+}
+
 void sim_pool_trim(CUmemoryPool pool, size_t keep)
 {
     sim_chunk **link = &pool->chunks;
     while (*link && pool->reserved > keep) {
-        if ((*link)->nused == 0)
+        if ((*link)->nused == 0 && !(*link)->unobserved)
             chunk_release(pool, link);
         else
             link = &(*link)->next;
@@ -177,6 +242,7 @@ void sim_pool_trim(CUmemoryPool pool, size_t keep)
 static void pool_reap_if_done(CUmemoryPool pool)
 {
     if (!pool->destroyed) return;
+    unobserved_forget(pool, NULL);
     sim_pool_trim(pool, 0);
     if (pool->chunks || pool->imports) return;
     if (pool->fd >= 0) close(pool->fd);
@@ -695,6 +761,7 @@ static CUresult free_async_locked(CUdeviceptr dptr, CUstream h, bool ptds)
     }
     if (a->kind != SIM_ALLOC_POOL) return CUDA_ERROR_INVALID_VALUE;
     sim_race_pool_free(a, s);
+    if (sim.trim_observed && !a->pool->destroyed) unobserved_add(a->pool, a->host_block, s);
     sim_pool_release_block(a);
     pool_call_time();
     return CUDA_SUCCESS;

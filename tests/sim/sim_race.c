@@ -369,18 +369,23 @@ void sim_race_stream_waits(CUstream s, CUevent e)
     clock_join(&s->clock, &e->clock);
 }
 
+/* The host sees work complete here: so, too, the stream-ordered frees
+ * before it (SIMCUDA_TRIM_OBSERVED, sim_pool.c). */
 void sim_race_host_waits_stream(CUstream s)
 {
+    sim_pool_frees_observed(s->ctx, s, sim.pool_frees);
     if (checking()) clock_join(&host, &s->clock);
 }
 
 void sim_race_host_waits_event(CUevent e)
 {
+    if (e->recorded) sim_pool_frees_observed(e->ctx, e->stream, e->frees_before);
     if (checking()) clock_join(&host, &e->clock);
 }
 
 void sim_race_host_waits_ctx(CUcontext ctx)
 {
+    sim_pool_frees_observed(ctx, NULL, sim.pool_frees);
     if (!checking() || !ctx->alive) return;
     clock_join(&host, &ctx->retired);
     for (size_t i = 0; i < ctx->streams.len; i++) clock_join(&host, &((CUstream)ctx->streams.items[i])->clock);

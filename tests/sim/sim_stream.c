@@ -193,6 +193,7 @@ void sim_stream_destroy_obj(CUstream s)
         if (e->stream == s) e->stream = NULL;
     }
     sim_race_stream_forget(s);
+    sim_pool_stream_gone(s);
     sim_vec_remove(&ctx->streams, s);
     sim_handle_remove(s);
     free(s);
@@ -405,6 +406,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags, bool ptds)
     e->pending_queries = sim.event_delay;
     e->time_ms = sim_now_ms();
     e->stream = s;
+    e->frees_before = sim.pool_frees;
     return CUDA_SUCCESS;
 }
 
@@ -435,6 +437,7 @@ SIM_API CUresult CUDAAPI cuCtxRecordEvent(CUcontext ctx, CUevent e)
     e->pending_queries = sim.event_delay;
     e->time_ms = sim_now_ms();
     e->stream = NULL; /* no one stream's: only a context-wide synchronization completes it early */
+    e->frees_before = sim.pool_frees;
     sim_race_ctx_record(e, ctx);
     return CUDA_SUCCESS;
 }
