@@ -228,33 +228,37 @@ static void print_totals(FILE *out, const total_t *totals, size_t ndev, const ke
     }
 }
 
-/* The sharing line under the totals: the processes that answer each other
- * (CUPOOL_SHARE), what they asked and were given, what they handed back by
- * themselves (CUPOOL_IDLE_KEEP).  Returns 1 when there is one. */
-static int print_sharing(FILE *out, const cupool_live_page_t *pages, size_t n, int width, const char *eol)
+/* What the processes asked of each other and handed back (CUPOOL_SHARE,
+ * CUPOOL_IDLE_KEEP), summed; 1 when there is anything to show: some
+ * process answers the others, bounds its idle memory, or has asked. */
+static int make_share_total(const cupool_live_page_t *pages, size_t n, cupool_live_share_t *sum)
 {
-    cupool_live_share_t sum = {0};
+    memset(sum, 0, sizeof *sum);
     for (size_t i = 0; i < n; i++) {
         const cupool_live_share_t *h = &pages[i].share;
-        sum.answers_peers += h->answers_peers;
-        sum.idle_keep += h->idle_keep;
-        sum.asked += h->asked;
-        sum.received_bytes += h->received_bytes;
-        sum.given += h->given;
-        sum.idle_returns += h->idle_returns;
-        sum.idle_bytes += h->idle_bytes;
+        sum->answers_peers += h->answers_peers;
+        sum->idle_keep += h->idle_keep;
+        sum->asked += h->asked;
+        sum->received_bytes += h->received_bytes;
+        sum->given += h->given;
+        sum->idle_returns += h->idle_returns;
+        sum->idle_bytes += h->idle_bytes;
     }
-    if (!out) return sum.answers_peers || sum.idle_keep || sum.asked || sum.idle_returns;
-    if (!sum.answers_peers && !sum.idle_keep && !sum.asked && !sum.idle_returns) return 0;
+    return sum->answers_peers || sum->idle_keep || sum->asked || sum->idle_returns;
+}
+
+/* The sharing line under the totals. */
+static void print_sharing(FILE *out, const cupool_live_share_t *sum, int width, const char *eol)
+{
     char line[1024], b1[32], b2[32];
     snprintf(line, sizeof line,
              "sharing: %u process%s answer%s the others; out of memory, asked them %llu time%s and got %s back "
              "(%llu answer%s given); idle memory handed back %s",
-             sum.answers_peers, sum.answers_peers == 1 ? "" : "es", sum.answers_peers == 1 ? "s" : "",
-             (unsigned long long)sum.asked, sum.asked == 1 ? "" : "s", live_human((double)sum.received_bytes, b1, sizeof b1),
-             (unsigned long long)sum.given, sum.given == 1 ? "" : "s", live_human((double)sum.idle_bytes, b2, sizeof b2));
+             sum->answers_peers, sum->answers_peers == 1 ? "" : "es", sum->answers_peers == 1 ? "s" : "",
+             (unsigned long long)sum->asked, sum->asked == 1 ? "" : "s",
+             live_human((double)sum->received_bytes, b1, sizeof b1), (unsigned long long)sum->given,
+             sum->given == 1 ? "" : "s", live_human((double)sum->idle_bytes, b2, sizeof b2));
     put_line(out, line, width, eol);
-    return 1;
 }
 
 /* The whole view: a header, a line per process and device (as many as
@@ -280,7 +284,9 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
     kept_total_t kinds[CUPOOL_LIVE_KEPT_KINDS];
     int nkinds = make_kept_totals(pages, n, kinds);
     /* Lines left for processes: the header's three and the totals' are taken. */
-    int room = (height > 0 ? height - 4 : 1 << 30) - (int)ndev - 1 - nkinds - print_sharing(NULL, pages, n, 0, eol);
+    cupool_live_share_t shared;
+    int sharing = make_share_total(pages, n, &shared);
+    int room = (height > 0 ? height - 4 : 1 << 30) - (int)ndev - 1 - nkinds - sharing;
     for (size_t i = 0; i < nrows; i++) {
         if ((int)i >= room && i + 1 < nrows) {
             snprintf(line, sizeof line, "... %zu more", nrows - i);
@@ -291,7 +297,7 @@ static void print_table(FILE *out, const cupool_live_page_t *pages, size_t n, in
     }
     put_line(out, "", width, eol);
     print_totals(out, totals, ndev, kinds, width, eol);
-    print_sharing(out, pages, n, width, eol);
+    if (sharing) print_sharing(out, &shared, width, eol);
     if (!n) put_line(out, "no process of this user publishes cupool statistics", width, eol);
     free(rows);
 }
