@@ -223,19 +223,7 @@ static void update(int query)
         to->oom_frees = atomic_load_explicit(&from->oom_frees, memory_order_relaxed);
         to->advice_frees = atomic_load_explicit(&from->advice_frees, memory_order_relaxed);
     }
-    cupool_share_counts_t shared;
-    cupool_share_counts(&shared);
-    page.share = (cupool_live_share_t){
-        .answers_peers = cupool_option(CUPOOL_OPT_SHARE) != 0,
-        .idle_keep = cupool_option(CUPOOL_OPT_IDLE_KEEP) != CUPOOL_SIZE_UNLIMITED,
-        .asked = shared.asked,
-        .answers = shared.answers,
-        .received_bytes = shared.received_bytes,
-        .given = shared.given,
-        .given_bytes = shared.given_bytes,
-        .idle_returns = shared.idle_returns,
-        .idle_bytes = shared.idle_bytes,
-    };
+    cupool_share_counts(&page.share);
     rounds++;
     page.ndevices = n;
     page.devices_left_out = left_out;

@@ -117,8 +117,10 @@ static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER;
 /* What was asked and given, for CUPOOL_STATS. */
 static atomic_ullong asked, answers, received_bytes, given, given_bytes, idle_returns, idle_bytes;
 
-void cupool_share_counts(cupool_share_counts_t *out)
+void cupool_share_counts(cupool_live_share_t *out)
 {
+    out->answers_peers = cupool_option(CUPOOL_OPT_SHARE) != 0;
+    out->idle_keep = cupool_option(CUPOOL_OPT_IDLE_KEEP) != CUPOOL_SIZE_UNLIMITED;
     out->asked = atomic_load(&asked);
     out->answers = atomic_load(&answers);
     out->received_bytes = atomic_load(&received_bytes);
@@ -396,8 +398,19 @@ static int measure_context(cupool_context_t *c, void *arg)
     return 0;
 }
 
-/* What the device's pools hold beyond what the program uses (their own
- * use less the ready stores'): what a request would get back. */
+/* Of a look at device d: the bytes the program uses (the pools' use less
+ * the ready stores'), and the idle bytes, what the pools hold beyond it. */
+static uint64_t look_in_use(const idle_look_t *look, int d)
+{
+    return look->pool_used[d] > look->ready[d] ? look->pool_used[d] - look->ready[d] : 0;
+}
+
+static uint64_t look_idle(const idle_look_t *look, int d, uint64_t in_use)
+{
+    return look->reserved[d] > in_use ? look->reserved[d] - in_use : 0;
+}
+
+/* What a request for the device would get back. */
 static uint64_t idle_on(int ordinal)
 {
     idle_look_t look;
@@ -405,8 +418,7 @@ static uint64_t idle_on(int ordinal)
     if (ordinal < 0 || ordinal >= CUPOOL_MAX_DEVICES) return 0;
     cupool_each_context(measure_context, &look);
     if (!(look.seen & (1ull << ordinal))) return 0;
-    uint64_t in_use = look.pool_used[ordinal] > look.ready[ordinal] ? look.pool_used[ordinal] - look.ready[ordinal] : 0;
-    return look.reserved[ordinal] > in_use ? look.reserved[ordinal] - in_use : 0;
+    return look_idle(&look, ordinal, look_in_use(&look, ordinal));
 }
 
 /* One look: per device, the bytes in use now (the pools' less the ready
@@ -427,7 +439,7 @@ static void idle_tick(uint64_t bound)
             over[d] = 0;
             continue;
         }
-        uint64_t in_use = look.pool_used[d] > look.ready[d] ? look.pool_used[d] - look.ready[d] : 0;
+        uint64_t in_use = look_in_use(&look, d);
         in_use_ring[d][slot] = in_use;
         uint64_t keep = bound;
         if (cupool_is_share(bound)) {
@@ -436,7 +448,7 @@ static void idle_tick(uint64_t bound)
                 if (in_use_ring[d][i] > peak) peak = in_use_ring[d][i];
             keep = (uint64_t)((double)peak * (double)(bound & ~CUPOOL_SHARE_FLAG) / 10000.0);
         }
-        uint64_t idle = look.reserved[d] > in_use ? look.reserved[d] - in_use : 0;
+        uint64_t idle = look_idle(&look, d, in_use);
         if (idle <= keep) {
             over[d] = 0;
             continue;

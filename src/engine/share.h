@@ -9,6 +9,7 @@
 #ifndef CUPOOL_ENGINE_SHARE_H
 #define CUPOOL_ENGINE_SHARE_H
 
+#include "live.h"
 #include "origin.h"
 
 /* Makes this process's socket and starts the thread that answers other
@@ -34,17 +35,9 @@ int cupool_share_reclaim(cupool_context_t *c, size_t size);
  * the calls of the next second); 0 when the option is off. */
 uint64_t cupool_share_peers_idle(cupool_context_t *c);
 
-/* What this process asked and gave so far (for the statistics, the live
- * page and cupool top): allocations that asked, answers that handed memory
- * back and their bytes; requests this process answered by handing memory
- * back and their bytes; hand-backs of idle memory under CUPOOL_IDLE_KEEP
- * and their bytes. */
-typedef struct {
-    uint64_t asked, answers, received_bytes;
-    uint64_t given, given_bytes;
-    uint64_t idle_returns, idle_bytes;
-} cupool_share_counts_t;
-void cupool_share_counts(cupool_share_counts_t *out);
+/* What this process asked and gave so far, and whether it answers the
+ * others and bounds its idle memory, in the live page's form (live.h). */
+void cupool_share_counts(cupool_live_share_t *out);
 
 /* The longest an allocation waits for the other processes to take its
  * request, and for those that took it to hand their memory back (a trim of
