@@ -404,6 +404,8 @@ void cupool_stats_print(void)
         if (LOAD(s->ready_reuses))
             fprintf(out, "cupool:     allocations served by a ready block %llu (events recorded for them %llu)\n",
                     LOAD(s->ready_reuses), LOAD(s->ordered_fences));
+        if (LOAD(s->order_moves))
+            fprintf(out, "cupool:     moves of the order stream to the stream given work %llu\n", LOAD(s->order_moves));
         if (LOAD(s->misses_given_back))
             fprintf(out, "cupool:     large allocations the store made room for %llu (stored blocks handed back %s)\n",
                     LOAD(s->misses_given_back),

@@ -23,6 +23,7 @@ typedef struct cupool_device_stats {
     atomic_ullong trims, oom_retries, rewritten_memsets;
     atomic_ullong ready_reuses; /* allocations served by a block of their size freed earlier (engine's free store) */
     atomic_ullong ordered_fences; /* events recorded on the legacy stream so that such a block can serve (engine's free store) */
+    atomic_ullong order_moves; /* times `ordered`'s order stream moved to the stream given work (engine/order.c) */
     atomic_ullong misses_given_back, given_back_bytes; /* large allocations the store handed blocks back for (engine's free store) */
     atomic_ullong oversize_kept; /* `ordered` frees the store kept though larger than itself (engine's free store) */
     atomic_ullong deferred_waits; /* frees that waited for the GPU, more than CUPOOL_DEFERRED_WAIT waiting (engine's free store) */

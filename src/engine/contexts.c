@@ -62,6 +62,13 @@ static void promote(cupool_context_t *c, int mode)
     cupool_message(CUPOOL_MSG_INFO, "context %p: free mode %s -> %s", (void *)c->ctx, mode_name(old), mode_name(mode));
 }
 
+void cupool_context_promote(cupool_context_t *c, int mode)
+{
+    pthread_mutex_lock(&cupool_registry_lock);
+    promote(c, mode);
+    pthread_mutex_unlock(&cupool_registry_lock);
+}
+
 /* Moves every context of the device of this ordinal to a stronger free
  * mode (under CUPOOL_FREE=auto).  Called with cupool_registry_lock held. */
 static void promote_device(int ordinal, int mode)
@@ -114,6 +121,7 @@ static cupool_context_t *context_locked(CUcontext ctx)
     pthread_mutex_init(&c->lock, NULL);
     int mode = configured_mode();
     atomic_store(&c->mode, mode == CUPOOL_FREE_AUTO ? CUPOOL_FREE_ORDERED : mode);
+    atomic_store(&c->order, CU_STREAM_LEGACY);
     if (dev->pooled) {
         CUstreamCaptureMode previous = cupool_relaxed_begin();
         CUresult r = real_cuStreamCreate(&c->private_stream, CU_STREAM_NON_BLOCKING);
@@ -289,6 +297,7 @@ void cupool_track_stream(CUstream stream, unsigned flags)
     if (!c && ctx) c = context_lookup(ctx, generation);
     if (!c) return;
     order_after_allocations(c, stream);
+    cupool_order_stream_created(c, stream, flags);
     if (!(flags & CU_STREAM_NON_BLOCKING)) return;
     pthread_mutex_lock(&c->lock);
     if (c->nstreams == c->streams_cap) {
@@ -302,10 +311,10 @@ void cupool_track_stream(CUstream stream, unsigned flags)
     int tracked = c->nstreams < c->streams_cap;
     if (tracked) c->streams[c->nstreams++] = stream;
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&cupool_registry_lock);
-    /* An untracked stream could not be waited for: only sync is safe then. */
-    promote(c, tracked ? CUPOOL_FREE_DEFERRED : CUPOOL_FREE_SYNC);
-    pthread_mutex_unlock(&cupool_registry_lock);
+    /* An untracked stream could not be waited for by `deferred`'s fences:
+     * only sync is safe then.  A tracked one changes nothing until it is
+     * given work (order.c). */
+    if (!tracked) cupool_context_promote(c, CUPOOL_FREE_SYNC);
 }
 
 void cupool_forget_stream(CUstream stream)
@@ -313,6 +322,7 @@ void cupool_forget_stream(CUstream stream)
     pthread_mutex_lock(&cupool_registry_lock);
     for (cupool_context_t *c = cupool_contexts; c; c = c->next) {
         pthread_mutex_lock(&c->lock);
+        cupool_order_stream_destroyed(c, stream);
         for (int i = 0; i < c->nstreams; i++) {
             if (c->streams[i] != stream) continue;
             c->streams[i] = c->streams[--c->nstreams];

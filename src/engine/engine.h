@@ -162,22 +162,22 @@ void cupool_capture_uncounted(void);
 
 /* ---- the work streams run (order.c, for shims/work.c) ---------------------------------- */
 
-/* Work the program gave a stream: a kernel, a copy, a set, a graph, a host
- * function, anything the GPU runs in that stream's order.  per_thread: the
- * call was a per-thread-default-stream variant (_ptsz/_ptds, or
- * cuGetProcAddress asked with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
- * so a NULL stream means the calling thread's default stream, not the
- * legacy one.  The calls with no stream argument that run on the default
- * stream (cuMemcpy, cuMemsetD8...) pass NULL.  Called before the real
- * function, which it may make wait for earlier work (an event wait in the
- * stream), and only once cupool is active (cupool_active()). */
-void cupool_stream_work(CUstream stream, int per_thread);
-/* A synchronization the program asks for (cuCtxSynchronize, cuStreamSynchronize):
- * cupool_work_mark() before the real call, cupool_work_completed() after it
- * succeeded, with the stream it waited for (every stream of the current
- * context: CUPOOL_ALL_STREAMS). */
-#define CUPOOL_ALL_STREAMS ((CUstream)(uintptr_t)-1)
-uint64_t cupool_work_mark(void);
-void cupool_work_completed(uint64_t mark, CUstream stream, int per_thread);
+/* Work the program gives a stream: a kernel, a copy, a set, a graph, a host
+ * function, anything the GPU runs in that stream's order.  The work shims
+ * call cupool_stream_work() before the real function (it may make the
+ * stream wait for earlier work first) and cupool_stream_work_done() after
+ * it, whatever it returned.  per_thread: the call was a
+ * per-thread-default-stream variant (_ptsz/_ptds, or cuGetProcAddress asked
+ * with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM), so a NULL stream
+ * means the calling thread's default stream, not the legacy one; the calls
+ * with no stream argument that run on the default stream (cuMemcpy,
+ * cuMemsetD8...) pass NULL.  Only once cupool is active (cupool_active()). */
+typedef struct {
+    cupool_context_t *context; /* NULL: nothing to look at afterwards */
+    CUstream stream;
+    unsigned moves;
+} cupool_work_t;
+cupool_work_t cupool_stream_work(CUstream stream, int per_thread);
+void cupool_stream_work_done(const cupool_work_t *work);
 
 #endif

@@ -70,6 +70,7 @@ static cupool_context_t *unlink_context(CUcontext ctx)
 static void destroy_state(cupool_context_t *c)
 {
     free(c->streams);
+    free(c->blocking);
     free(c->spare_events);
     cupool_ready_drop_records(c);
     pthread_mutex_destroy(&c->lock);

@@ -17,10 +17,10 @@
  * thread makes every waiting thread's call in a row, which keeps the data
  * in one cache and serves every thread in turn.
  *
- * Correctness: the calls go to CU_STREAM_LEGACY of the context, which is one
- * stream for every thread of the context, so the thread in front makes
- * exactly the call the waiting thread would have made, on the same stream,
- * after everything the waiting thread did before it asked.
+ * Correctness: the calls go to the context's order stream (order.c), which
+ * is one stream for every thread of the context, so the thread in front
+ * makes exactly the call the waiting thread would have made, on the same
+ * stream, after everything the waiting thread did before it asked.
  *
  * A thread that finds the queue empty makes its own call at once, for one
  * atomic exchange and one store more; a context one thread alone has used
@@ -35,9 +35,9 @@
  * writes it. */
 static CUPOOL_THREAD_LOCAL cupool_request_t own_request __attribute__((aligned(64)));
 
-static CUresult call_now(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
+static CUresult call_now(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
-    return cupool_legacy_pool_call(pool, ptr, size);
+    return cupool_order_pool_call(c, pool, ptr, size);
 }
 
 /* Makes the calls waiting in the queue, whose lock the caller holds.  A few
@@ -58,7 +58,7 @@ static void serve(cupool_context_t *c)
             /* Read before done is set: the thread may reuse its request
              * the moment it sees done. */
             cupool_request_t *next = r->next;
-            r->result = call_now(r->pool, &r->ptr, r->size);
+            r->result = call_now(c, r->pool, &r->ptr, r->size);
             atomic_store_explicit(&r->done, 1, memory_order_release);
             r = next;
             served++;
@@ -76,7 +76,7 @@ static CUresult call_in_front(cupool_context_t *c, CUmemoryPool pool, CUdevicept
     cupool_queue_t *q = &c->queue;
     int was_in_front = cupool_thread.in_front; /* of another context's queue */
     cupool_thread.in_front = 1;
-    CUresult r = call_now(pool, ptr, size);
+    CUresult r = call_now(c, pool, ptr, size);
     if (atomic_load_explicit(&q->waiting, memory_order_relaxed)) serve(c);
     cupool_thread.in_front = was_in_front;
     cupool_spin_unlock(&q->lock);
@@ -92,7 +92,7 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
          * queue (a tool's callback may allocate): waiting would wait for
          * the thread itself (and own_request may be in the queue this
          * thread is serving). */
-        return call_now(pool, ptr, size);
+        return call_now(c, pool, ptr, size);
     }
     cupool_request_t *r = &own_request;
     r->pool = pool;
@@ -135,7 +135,7 @@ CUresult cupool_queue_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *
 CUresult cupool_queue_free(cupool_context_t *c, CUdeviceptr ptr)
 {
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, NULL, &ptr, 0);
-    return cupool_legacy_pool_call(NULL, &ptr, 0);
+    return cupool_order_pool_call(c, NULL, &ptr, 0);
 }
 
 /* A tool's callbacks run inside the driver's calls and may allocate or

@@ -111,6 +111,16 @@ struct cupool_context {
     const void *oversize_owner;              /* the cupool_thread of the thread that freed it */
     cupool_device_t *device;                 /* out of the first lines: the fast paths do not read it */
     struct cupool_context *next;             /* registry chain */
+    /* The order stream (order.c): the stream `ordered` makes its pool calls
+     * and frees on, CU_STREAM_LEGACY or a non-blocking stream of the
+     * program; read by every launch, written only when it moves. */
+    _Atomic(CUstream) order;
+    atomic_uint order_moves;                 /* how many times it moved (a launch compares before and after) */
+    CUevent order_event;                     /* recorded on the stream left, waited for by the next (c->lock) */
+    CUstream *blocking;                      /* the program's blocking streams: with the legacy stream, one order */
+    int nblocking, blocking_cap;
+    uint64_t moves_since_ns;                 /* the moves of the last second, for CUPOOL_FREE=auto's limit */
+    unsigned moves_recent;
     cupool_queue_t queue;
 } __attribute__((aligned(64)));
 
@@ -167,12 +177,29 @@ static inline int cupool_queue_wanted(const cupool_context_t *c)
  * from cupool's own stream, a free is held until the capture has ended
  * (cupool_free_failed). */
 #define CUPOOL_CAPTURE_IN_PROGRESS ((CUresult)-1)
-/* One pool call on the legacy stream (pool NULL: a free of *ptr). */
-static inline CUresult cupool_legacy_pool_call(CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
+/* The order stream's side of the program's streams (order.c): a stream
+ * created (the blocking ones share the legacy stream's order) and one being
+ * destroyed (c->lock held, c->ctx current: the order leaves it). */
+void cupool_order_stream_created(cupool_context_t *c, CUstream stream, unsigned flags);
+void cupool_order_stream_destroyed(cupool_context_t *c, CUstream stream);
+/* Moves a context to a stronger free mode under CUPOOL_FREE=auto, as the
+ * program's streams and contexts make it need (contexts.c). */
+void cupool_context_promote(cupool_context_t *c, int mode);
+/* An operation enqueued on `stream` after the order stream moved away from
+ * it (order.c): the order stream waits for it (out of line, cold). */
+void cupool_order_rejoin(cupool_context_t *c, CUstream stream);
+/* One pool call on the context's order stream (pool NULL: a free of *ptr),
+ * counted as a call on the legacy stream (capture_gate.h) whichever it is:
+ * a capture beginning on a blocking stream could see either.  Should the
+ * order stream move meanwhile, the new one waits for the call. */
+static inline CUresult cupool_order_pool_call(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *ptr, size_t size)
 {
     if (CUPOOL_UNLIKELY(!cupool_legacy_enter())) return CUPOOL_CAPTURE_IN_PROGRESS;
-    CUresult r = pool ? cupool_hot.alloc_from_pool(ptr, size, pool, CU_STREAM_LEGACY)
-                      : cupool_hot.free_async(*ptr, CU_STREAM_LEGACY);
+    unsigned moves = atomic_load_explicit(&c->order_moves, memory_order_acquire);
+    CUstream stream = atomic_load_explicit(&c->order, memory_order_relaxed);
+    CUresult r = pool ? cupool_hot.alloc_from_pool(ptr, size, pool, stream) : cupool_hot.free_async(*ptr, stream);
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&c->order_moves, memory_order_acquire) != moves))
+        cupool_order_rejoin(c, stream);
     cupool_legacy_leave();
     return r;
 }

@@ -24,8 +24,8 @@
  * meanwhile. */
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
 /* An `ordered` allocation: a block the context freed earlier, else one
- * from the pool on the legacy stream; CUPOOL_CAPTURE_IN_PROGRESS when a
- * capture keeps it off the legacy stream. */
+ * from the pool on the order stream; CUPOOL_CAPTURE_IN_PROGRESS when a
+ * capture keeps it off the program's streams. */
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
     /* An empty store costs one look at the context's first line, no call. */
@@ -34,15 +34,15 @@ static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool po
         if (r != CUDA_ERROR_NOT_FOUND) return r;
     }
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
-    return cupool_legacy_pool_call(pool, dptr, size);
+    return cupool_order_pool_call(c, pool, dptr, size);
 }
-/* An `ordered` free on the legacy stream, through the driver queue when
+/* An `ordered` free on the order stream, through the driver queue when
  * the context wants it (out of line, cupool_queue_free: the caller's frame
  * then holds no slot for the pointer the queue is handed). */
 static inline CUresult cupool_ordered_free(cupool_context_t *c, CUdeviceptr ptr)
 {
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_free(c, ptr);
-    return cupool_legacy_pool_call(NULL, &ptr, 0);
+    return cupool_order_pool_call(c, NULL, &ptr, 0);
 }
 /* Moves a context out of `ordered`: synchronizes it (after the capture in
  * progress, if any), after which the users of every block `ordered` kept

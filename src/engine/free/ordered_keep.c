@@ -54,6 +54,13 @@ static uint64_t coarse_now_ns(void)
 static CUresult record_ordered_fence(cupool_context_t *c)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
+    /* A non-blocking order stream is an order of its own: every other
+     * stream's work waits for it before it begins (order.c), so a block
+     * freed in it serves its next allocation with no event. */
+    if (atomic_load_explicit(&c->order, memory_order_relaxed) != CU_STREAM_LEGACY) {
+        c->fences++;
+        return CUDA_SUCCESS;
+    }
     CUresult r = CUDA_SUCCESS;
     if (!c->ordered_fence) r = real_cuEventCreate(&c->ordered_fence, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS) c->ordered_fence = NULL;

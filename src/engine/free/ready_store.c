@@ -168,10 +168,10 @@ static int ready_block_busy(const cupool_context_t *c, const freed_block_t *b)
 
 /* Hands one block, no longer anywhere in cupool's lists, back to its pool,
  * on `stream` once its users are done; c->lock held, c->ctx current.  A
- * block whose users may still run goes back on the legacy stream, after
- * them in stream order, as `ordered` frees; but while a capture is in
- * progress, which the legacy stream would disturb, it waits with the frees
- * held for the capture's end (release_held waits for their users). */
+ * block whose users may still run goes back on the order stream (order.c),
+ * after them in stream order, as `ordered` frees; but while a capture is
+ * in progress, which that would disturb, it waits with the frees held for
+ * the capture's end (release_held waits for their users). */
 void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
@@ -179,7 +179,7 @@ void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream
     if (CUPOOL_UNLIKELY(ready_block_busy(c, b))) {
         legacy = cupool_legacy_enter();
         hold = !legacy;
-        stream = CU_STREAM_LEGACY;
+        stream = atomic_load_explicit(&c->order, memory_order_relaxed);
     }
     if (hold) {
         b->due = b->kept = 0;

@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The order stream: the one stream of a context that `ordered` makes its
+ * pool calls and frees on, and the work tracker that keeps it correct when
+ * the program's work is on another stream.  The work shims (shims/work.c)
+ * tell it of every call that gives a stream work, before and after the
+ * driver enqueues it.
+ *
+ * `ordered` is correct when every use of a block is ordered before the
+ * free's place in the order stream and every later use after it.  The
+ * tracker keeps one rule that gives both: all work the program has
+ * enqueued is ordered before the order stream's last operation.  Work on a
+ * stream of the order stream's order (the order stream itself; with the
+ * legacy stream, the blocking and per-thread streams, which wait for it and
+ * which it waits for) keeps the rule by itself.  Work on any other stream
+ * moves the order there first: one event recorded on the stream left, one
+ * wait for it on the stream joined, then the work.  The stream joined is
+ * the work's stream if it is non-blocking, else the legacy stream.  A
+ * program whose work is on one non-blocking stream (a training loop inside
+ * `with torch.cuda.stream(s)`) so has its frees ordered there after one
+ * move, and reuses its memory in stream order as cudaMallocAsync would,
+ * with no host wait and no event per free.
+ *
+ * What a move costs is that it joins the two streams: a program that
+ * alternates between streams on purpose (a copy stream beside a compute
+ * stream) would lose their overlap.  So under CUPOOL_FREE=auto more than
+ * MOVES_PER_SECOND moves within a second move the context to `deferred`
+ * instead, whose fences need no order.  A move needs an event on the legacy
+ * stream (left or joined), which a capture in progress forbids: under
+ * `auto` the context then moves to `deferred` too (synchronizing once the
+ * capture has ended); work given to a stream that is capturing is not run
+ * now and needs nothing (the graph's launch is work of its own).
+ *
+ * Another thread may enqueue work on the stream left while the order moves
+ * (it looked before the move and enqueued after the event).  So each work
+ * call compares the context's count of moves before and after it, and if
+ * it changed, the order stream waits for the call's stream
+ * (cupool_order_rejoin); the pool calls on the order stream do the same
+ * (state.h).  The thread that enqueued such work frees its blocks only
+ * after that, so the rule holds for every free.
+ */
+#include "state.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+/* More moves than this within a second: under `auto`, `deferred`. */
+#define MOVES_PER_SECOND 64
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- which streams share the legacy stream's order --------------------------- */
+
+/* Streams the program created without CU_STREAM_NON_BLOCKING: c->lock held. */
+static int is_blocking(const cupool_context_t *c, CUstream stream)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    for (int i = 0; i < c->nblocking; i++)
+        if (c->blocking[i] == stream) return 1;
+    return 0;
+}
+
+/* Non-blocking streams the program created in this context (the list
+ * `deferred`'s fences use): c->lock held. */
+static int is_non_blocking(const cupool_context_t *c, CUstream stream)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    for (int i = 0; i < c->nstreams; i++)
+        if (c->streams[i] == stream) return 1;
+    return 0;
+}
+
+/* Whether work on `stream` is ordered with the order stream `order` by the
+ * driver alone.  c->lock held. */
+static int same_order(const cupool_context_t *c, CUstream stream, CUstream order)
+{
+    if (stream == order) return 1;
+    if (order != CU_STREAM_LEGACY) return 0;
+    return stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD || is_blocking(c, stream);
+}
+
+/* The stream a call means: NULL is the legacy stream, or the calling
+ * thread's own default stream in a per-thread variant. */
+static CUstream canonical(CUstream stream, int per_thread)
+{
+    if (stream == NULL) return per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    return stream;
+}
+
+void cupool_order_stream_created(cupool_context_t *c, CUstream stream, unsigned flags)
+{
+    if (flags & CU_STREAM_NON_BLOCKING) return;
+    pthread_mutex_lock(&c->lock);
+    if (c->nblocking == c->blocking_cap) {
+        int cap = c->blocking_cap ? 2 * c->blocking_cap : 8;
+        CUstream *grown = realloc(c->blocking, (size_t)cap * sizeof *grown);
+        if (grown) {
+            c->blocking = grown;
+            c->blocking_cap = cap;
+        }
+    }
+    /* One that does not fit counts as non-blocking: moves, never wrong. */
+    if (c->nblocking < c->blocking_cap) c->blocking[c->nblocking++] = stream;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- moving the order -------------------------------------------------------- */
+
+/* Makes `to` wait for everything enqueued on `from` so far: one event on
+ * `from`, one wait on `to`.  c->lock held, the legacy gate entered when
+ * either is the legacy stream. */
+static CUresult join(cupool_context_t *c, CUstream from, CUstream to)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!c->order_event) r = real_cuEventCreate(&c->order_event, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+        c->order_event = NULL;
+        return r;
+    }
+    r = real_cuEventRecord(c->order_event, from);
+    if (r == CUDA_SUCCESS) r = real_cuStreamWaitEvent(to, c->order_event, 0);
+    return r;
+}
+
+enum move_result { MOVED, NOT_NEEDED, REFUSED };
+
+/* Moves the order to `stream` (or to the legacy stream, for one of its
+ * order), so that the work about to be enqueued there follows everything
+ * before it; c->lock held, c->ctx current.  REFUSED: the move is not
+ * possible (a capture forbids the legacy stream now, a stream of another
+ * context, the driver failed) or too frequent under `auto`: the caller
+ * moves the context out of `ordered`. */
+static enum move_result move_order(cupool_context_t *c, CUstream stream)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUstream from = atomic_load_explicit(&c->order, memory_order_relaxed);
+    if (same_order(c, stream, from)) return NOT_NEEDED;
+    if (cupool_capturing()) {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (real_cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE)
+            return NOT_NEEDED;
+    }
+    CUstream to = same_order(c, stream, CU_STREAM_LEGACY) ? CU_STREAM_LEGACY : stream;
+    /* A stream cupool did not see created in this context (another
+     * context's, whose pools and events are not these) is not one the
+     * order can follow. */
+    if (to != CU_STREAM_LEGACY && !is_non_blocking(c, to)) return REFUSED;
+    uint64_t now = now_ns();
+    if (now - c->moves_since_ns > 1000000000ull) {
+        c->moves_since_ns = now;
+        c->moves_recent = 0;
+    }
+    if (++c->moves_recent > MOVES_PER_SECOND && cupool_option(CUPOOL_OPT_FREE) == CUPOOL_FREE_AUTO) return REFUSED;
+    if (!cupool_legacy_enter()) return REFUSED;
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    CUresult r = join(c, from, to);
+    cupool_relaxed_end(previous);
+    cupool_legacy_leave();
+    if (r != CUDA_SUCCESS) {
+        cupool_message_once(CUPOOL_MSG_WARN, "cannot order stream %p after stream %p (%s); frees wait for fences",
+                            (void *)to, (void *)from, cupool_result_name(r));
+        return REFUSED;
+    }
+    atomic_store_explicit(&c->order, to, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
+    /* The event serves every block kept so far as an ordered fence would. */
+    c->fences++;
+    atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->order_moves, 1, memory_order_relaxed);
+    return MOVED;
+}
+
+/* Under `auto`, out of `ordered` (outside c->lock: the registry's lock
+ * comes first). */
+static void refused(cupool_context_t *c)
+{
+    if (cupool_option(CUPOOL_OPT_FREE) != CUPOOL_FREE_AUTO) {
+        cupool_message_once(CUPOOL_MSG_WARN, "CUPOOL_FREE=ordered: work on a stream the order stream cannot move to "
+                                             "now (a capture in progress, or a stream of another context) is not "
+                                             "ordered after earlier frees");
+        return;
+    }
+    cupool_message(CUPOOL_MSG_INFO, "context %p: work on several streams by turns; frees wait for fences",
+                   (void *)c->ctx);
+    cupool_context_promote(c, CUPOOL_FREE_DEFERRED);
+}
+
+cupool_work_t cupool_stream_work(CUstream stream, int per_thread)
+{
+    cupool_work_t w = {0};
+    cupool_context_t *c = cupool_current_context();
+    if (!c || !c->private_stream || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
+        return w;
+    w.context = c;
+    w.stream = canonical(stream, per_thread);
+    w.moves = atomic_load_explicit(&c->order_moves, memory_order_acquire);
+    CUstream order = atomic_load_explicit(&c->order, memory_order_relaxed);
+    /* The common case, work on the order stream itself: two loads. */
+    if (CUPOOL_LIKELY(w.stream == order)) return w;
+    if (order == CU_STREAM_LEGACY && (w.stream == CU_STREAM_PER_THREAD)) return w;
+    pthread_mutex_lock(&c->lock);
+    enum move_result m = move_order(c, w.stream);
+    w.moves = atomic_load_explicit(&c->order_moves, memory_order_acquire);
+    pthread_mutex_unlock(&c->lock);
+    if (m == REFUSED) {
+        refused(c);
+        w.context = NULL;
+    }
+    return w;
+}
+
+void cupool_stream_work_done(const cupool_work_t *w)
+{
+    cupool_context_t *c = w->context;
+    if (CUPOOL_LIKELY(!c || atomic_load_explicit(&c->order_moves, memory_order_acquire) == w->moves)) return;
+    cupool_order_rejoin(c, w->stream);
+}
+
+__attribute__((cold)) void cupool_order_rejoin(cupool_context_t *c, CUstream stream)
+{
+    int refuse = 0;
+    pthread_mutex_lock(&c->lock);
+    CUstream order = atomic_load_explicit(&c->order, memory_order_relaxed);
+    if (atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED && !same_order(c, stream, order)) {
+        int pushed = cupool_enter_context(c->ctx);
+        if (cupool_legacy_enter()) {
+            CUstreamCaptureMode previous = cupool_relaxed_begin();
+            refuse = join(c, stream, order) != CUDA_SUCCESS;
+            cupool_relaxed_end(previous);
+            cupool_legacy_leave();
+        } else {
+            refuse = 1;
+        }
+        cupool_leave_context(pushed);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (refuse) refused(c);
+}
+
+/* The program destroys `stream`: if it is the order stream, the order goes
+ * back to the legacy stream, after the stream's work (its queued work still
+ * runs after the destroy returns).  c->lock held. */
+void cupool_order_stream_destroyed(cupool_context_t *c, CUstream stream)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    for (int i = 0; i < c->nblocking; i++)
+        if (c->blocking[i] == stream) c->blocking[i--] = c->blocking[--c->nblocking];
+    if (atomic_load_explicit(&c->order, memory_order_relaxed) != stream) return;
+    int pushed = cupool_enter_context(c->ctx);
+    CUresult r = CUDA_ERROR_NOT_PERMITTED;
+    if (cupool_legacy_enter()) {
+        CUstreamCaptureMode previous = cupool_relaxed_begin();
+        r = join(c, stream, CU_STREAM_LEGACY);
+        cupool_relaxed_end(previous);
+        cupool_legacy_leave();
+    }
+    /* No legacy stream now: the host waits for the stream instead. */
+    if (r != CUDA_SUCCESS) real_cuStreamSynchronize(stream);
+    cupool_leave_context(pushed);
+    atomic_store_explicit(&c->order, CU_STREAM_LEGACY, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
+    c->fences++;
+}

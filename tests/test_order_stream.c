@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The order stream (docs/DESIGN.md, "The order stream"): under the default
+ * settings a program whose work runs on one non-blocking stream has its
+ * frees ordered on that stream, so the memory it frees serves its next
+ * allocations at once even while the GPU runs far behind the host; work
+ * that moves between streams stays correct; streams used by turns move the
+ * context to `deferred`.
+ *
+ * On the simulator, whose events complete only SIMCUDA_EVENT_DELAY after
+ * they are recorded (a GPU steps behind the host), and whose race checker
+ * (SIMCUDA_RACES=count) reports every access or free CUDA's stream order
+ * does not place after the last one: one-stream frees 24 blocks of 64 MiB
+ * with every fence pending and must hold one of them at most, with no race;
+ * its control, the same program with CUPOOL_FREE=deferred, holds them while
+ * their fences are pending and must fail.  moves and destroyed move the
+ * order between the legacy, blocking and non-blocking streams and destroy
+ * the order stream with its work queued; by-turns alternates two streams.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+#define BLOCK (64ull << 20)
+#define BLOCKS 24
+#define WORDS (BLOCK / 4)
+
+static long long (*races)(void);
+
+static void find_races(void)
+{
+    races = (long long (*)(void))dlsym(RTLD_DEFAULT, "simcuda_races");
+    CHECK_TRUE(races != NULL);
+}
+
+/* A training step's shape: allocate, give the block work on `stream`, free
+ * it, the host never waiting for the GPU. */
+static int one_stream(void)
+{
+    tl_init(0);
+    find_races();
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    uint64_t most = 0;
+    for (int i = 0; i < BLOCKS; i++) {
+        CUdeviceptr b;
+        CHECK_CU(cuMemAlloc(&b, BLOCK));
+        CHECK_CU(cuMemsetD32Async(b, (unsigned)i, WORDS, s));
+        CHECK_CU(cuMemFree(b));
+        uint64_t held = tl_held();
+        if (held > most) most = held;
+    }
+    CUdeviceptr probe;
+    CHECK_CU(cuMemAlloc(&probe, BLOCK));
+    CUmemoryPool pool = tl_pool_of(probe);
+    CHECK_TRUE(pool != NULL);
+    cuuint64_t reserved = 0;
+    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &reserved));
+    printf("%d x 64 MiB freed with every fence pending: at most %llu MiB held at once, the pool reserved %llu MiB "
+           "at most; races %lld\n",
+           BLOCKS, (unsigned long long)(most >> 20), (unsigned long long)(reserved >> 20), races());
+    CHECK_CU(cuMemsetD32Async(probe, 7, WORDS, s));
+    CHECK_CU(cuStreamSynchronize(s));
+    CHECK_TRUE(tl_spot_check(probe, BLOCK, 7));
+    CHECK_CU(cuMemFree(probe));
+    CHECK_CU(cuStreamDestroy(s));
+    CHECK_EQ(races(), 0);
+    CHECK_TRUE(most <= BLOCK);
+    CHECK_TRUE(reserved <= 2 * BLOCK);
+    return 0;
+}
+
+/* Blocks freed on one stream and reused on another, every kind in turn:
+ * each use must follow the last use of the block before it. */
+static int moves(void)
+{
+    tl_init(0);
+    find_races();
+    CUstream nb1, nb2, blocking;
+    CHECK_CU(cuStreamCreate(&nb1, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuStreamCreate(&nb2, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+    CUstream order[] = {nb1, CU_STREAM_LEGACY, nb2, blocking, nb1, CU_STREAM_PER_THREAD, nb2, nb1};
+    size_t n = sizeof order / sizeof order[0];
+    for (size_t round = 0; round < 3; round++) {
+        for (size_t i = 0; i < n; i++) {
+            CUdeviceptr b;
+            CHECK_CU(cuMemAlloc(&b, 1 << 20));
+            CHECK_CU(cuMemsetD32Async(b, (unsigned)i, (1 << 20) / 4, order[i]));
+            CHECK_CU(cuMemFree(b));
+        }
+    }
+    CHECK_CU(cuCtxSynchronize());
+    printf("moves: races %lld\n", races());
+    CHECK_EQ(races(), 0);
+    CHECK_CU(cuStreamDestroy(nb1));
+    CHECK_CU(cuStreamDestroy(nb2));
+    CHECK_CU(cuStreamDestroy(blocking));
+    return 0;
+}
+
+/* The order stream destroyed with its work queued: the order goes back to
+ * the legacy stream after that work. */
+static int destroyed(void)
+{
+    tl_init(0);
+    find_races();
+    for (int round = 0; round < 4; round++) {
+        CUstream s;
+        CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CUdeviceptr b;
+        CHECK_CU(cuMemAlloc(&b, 1 << 20));
+        CHECK_CU(cuMemsetD32Async(b, 1, (1 << 20) / 4, s));
+        CHECK_CU(cuMemFree(b));
+        CHECK_CU(cuStreamDestroy(s));
+        CHECK_CU(cuMemAlloc(&b, 1 << 20));
+        CHECK_CU(cuMemsetD32Async(b, 2, (1 << 20) / 4, CU_STREAM_LEGACY));
+        CHECK_CU(cuMemFree(b));
+    }
+    CHECK_CU(cuCtxSynchronize());
+    printf("destroyed: races %lld\n", races());
+    CHECK_EQ(races(), 0);
+    return 0;
+}
+
+/* Two streams given work by turns, faster than the order may move: the
+ * context goes to `deferred`, and stays correct. */
+static int by_turns(void)
+{
+    tl_init(0);
+    find_races();
+    CUstream s[2];
+    CHECK_CU(cuStreamCreate(&s[0], CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuStreamCreate(&s[1], CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < 200; i++) {
+        CUdeviceptr b;
+        CHECK_CU(cuMemAlloc(&b, 1 << 20));
+        CHECK_CU(cuMemsetD32Async(b, (unsigned)i, (1 << 20) / 4, s[i % 2]));
+        CHECK_CU(cuMemFree(b));
+    }
+    CHECK_CU(cuCtxSynchronize());
+    printf("by-turns: races %lld\n", races());
+    CHECK_EQ(races(), 0);
+    CHECK_CU(cuStreamDestroy(s[0]));
+    CHECK_CU(cuStreamDestroy(s[1]));
+    return 0;
+}
+
+static const tl_case_t cases[] = {
+    {"one-stream", one_stream,
+     {"SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "SIMCUDA_RACES=count", "CUPOOL_STATS=1", NULL}, 1,
+     "moves of the order stream to the stream given work 1\n"},
+    {"moves", moves, {"SIMCUDA_RACES=count", NULL}, 1, NULL},
+    {"moves-ordered", moves, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", NULL}, 1, NULL},
+    {"destroyed", destroyed, {"SIMCUDA_RACES=count", "SIMCUDA_EVENT_DELAY=1000000", NULL}, 1, NULL},
+    {"by-turns", by_turns, {"SIMCUDA_RACES=count", "CUPOOL_VERBOSE=1", NULL}, 1,
+     "work on several streams by turns; frees wait for fences"},
+};
+
+int main(int argc, char **argv)
+{
+    const tl_case_t *asked = tl_case_asked(cases, sizeof cases / sizeof cases[0], argc, argv);
+    if (asked) return asked->run();
+    if (check_real_driver()) return CHECK_SKIP;
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    int failed = tl_run_cases(cases, sizeof cases / sizeof cases[0], NULL);
+    /* The control: one-stream with every free waiting for its fence on the
+     * host must fail. */
+    static const char *const deferred_env[] = {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G",
+                                               "SIMCUDA_RACES=count", NULL};
+    const char *args[] = {"--case", "one-stream", NULL};
+    tl_child_t c;
+    tl_run_self(args, deferred_env, 0, 60, &c);
+    int ok = c.status == 1; /* an expectation failed; not a crash, not a time-out */
+    if (!ok) tl_child_dump("one-stream, deferred", &c), failed++;
+    printf("control: one-stream with CUPOOL_FREE=deferred fails%s\n", ok ? ", as it must" : " NOT (FAILED)");
+    tl_child_free(&c);
+    return failed ? 1 : 0;
+}
