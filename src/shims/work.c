@@ -1,24 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The work shims: cupool orders frees on the stream where the program's
- * work runs, and can order a free only after work it has seen, so it sees
- * every call that gives a stream work (a kernel, a copy, a set, a graph, a
- * host function, a memory operation...).  Each such entry point tells the
- * work tracker (engine/order.c, cupool_stream_work) which stream the work
- * goes to, then passes the call to the driver and returns its answer
- * unchanged; the synchronizations a program asks for (cuCtxSynchronize,
- * cuStreamSynchronize) tell it which work has completed.  The list of these
- * entry points is generated from cuda.h (CUPOOL_WORK_ENTRIES in
- * src/base/work_shims.h, by scripts/gen_work_shims.py, which also keeps
- * tests/test_work_shims.sh failing until a stream entry point of a newer
- * cuda.h is classified); the few here by hand take their stream from
- * somewhere the generated rows cannot say.  They are interposed by every
- * path, like every handled entry point (shims/interpose.c).  They run once
- * per kernel launch or copy: no log, no count, a few instructions before
- * the driver's own.  Work given before cupool starts (the program's cuInit)
- * or in a forked child is not reported: there is no free of cupool's to
- * order after it.  Streams created in a green context are tracked by
- * shims/stream.c.
+ * The work shims.  cupool orders frees on the stream where the program's
+ * work runs, and can order a free only after work it has seen: so every
+ * call that gives a stream work (a kernel, a copy, a set, a graph, a host
+ * function, a memory operation...) tells the work tracker (engine/order.c,
+ * cupool_stream_work) which stream the work goes to, then passes the call
+ * to the driver and returns its answer unchanged; the synchronizations the
+ * program asks for (cuCtxSynchronize, cuStreamSynchronize) tell it which
+ * work has completed.  The shims are generated from CUPOOL_WORK_ENTRIES
+ * (src/base/work_shims.h, made from cuda.h by scripts/gen_work_shims.py;
+ * tests/test_work_shims.sh fails until a stream entry point of a newer
+ * cuda.h is classified), but for the multi-device launch, whose streams
+ * are in a list, and the synchronizations, written here.  Every path to
+ * the driver reaches them (shims/interpose.c).  They run at every kernel
+ * launch and copy: no log, no count, a few instructions before the
+ * driver's own.  Work given before cupool starts (the program's cuInit) or
+ * in a forked child is not reported: no free of cupool's can be ordered
+ * after it.  The stream-ordered allocations and frees (shims/memory.c) and
+ * cuStreamAttachMemAsync (shims/host.c) report their streams too.
  */
 #include "../engine/engine.h"
 
