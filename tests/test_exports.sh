@@ -1,11 +1,12 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # Proves libcupool.so exports exactly what it means to: every entry point of
-# src/base/symbols.h's CUPOOL_HANDLED list, the public API (cupool_version,
+# src/base/symbols.h's CUPOOL_HANDLED list and of src/base/work_shims.h's
+# generated CUPOOL_WORK_ENTRIES list, the public API (cupool_version,
 # cupool_get_stats) and dlsym at GLIBC_2.2.5 and (default) GLIBC_2.34; nothing
 # else and nothing less (in the manner of jansson's check-exports).  The list
-# is derived from symbols.h, so adding a row there keeps this test honest, and
-# a hard-coded minimum catches a parse that silently finds nothing.
+# is derived from the two headers, so adding a row to either keeps this test
+# honest, and hard-coded minimums catch a parse that silently finds nothing.
 srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
 lib=$builddir/.libs/libcupool.so
@@ -13,29 +14,40 @@ NM=${NM:-nm}
 
 command -v "$NM" >/dev/null 2>&1 || { echo "test_exports: $NM not found: skipped"; exit 77; }
 [ -f "$lib" ] || { echo "test_exports: $lib missing" >&2; exit 99; }
-[ -f "$srcdir/src/base/symbols.h" ] || { echo "test_exports: $srcdir/src/base/symbols.h missing" >&2; exit 99; }
+for h in symbols.h work_shims.h; do
+    [ -f "$srcdir/src/base/$h" ] || { echo "test_exports: $srcdir/src/base/$h missing" >&2; exit 99; }
+done
 
 tmp=${TMPDIR:-/tmp}/cupool-exports.$$
 trap 'rm -f "$tmp".*' EXIT INT TERM
 
-# The rows of the CUPOOL_HANDLED X-macro: from its #define to the first line
-# that does not continue it.
-awk '
-    /^#define CUPOOL_HANDLED\(X\)/ { inside = 1; next }
-    inside {
-        if (match($0, /^[ \t]*X\([ \t]*[A-Za-z_][A-Za-z0-9_]*/)) {
-            row = substr($0, RSTART, RLENGTH); sub(/^[ \t]*X\([ \t]*/, "", row); print row
-        }
-        if ($0 !~ /\\[ \t]*$/) inside = 0
-    }' "$srcdir/src/base/symbols.h" >"$tmp.handled"
+# The exported names of the rows of an X-macro list (X(name, ...)): from its
+# #define to the first line that does not continue it.
+rows() {
+    awk -v list="$1" '
+        index($0, "#define " list "(X)") == 1 { inside = 1; next }
+        inside {
+            if (match($0, /^[ \t]*X\([ \t]*[A-Za-z_][A-Za-z0-9_]*/)) {
+                row = substr($0, RSTART, RLENGTH); sub(/^[ \t]*X\([ \t]*/, "", row); print row
+            }
+            if ($0 !~ /\\[ \t]*$/) inside = 0
+        }' "$2"
+}
+rows CUPOOL_HANDLED "$srcdir/src/base/symbols.h" >"$tmp.handled"
+rows CUPOOL_WORK_ENTRIES "$srcdir/src/base/work_shims.h" >"$tmp.work"
 
 count=$(wc -l <"$tmp.handled")
 if [ "$count" -lt 10 ]; then
     echo "test_exports: found only $count CUPOOL_HANDLED rows in symbols.h: the parse is broken" >&2
     exit 1
 fi
+count=$(wc -l <"$tmp.work")
+if [ "$count" -lt 100 ]; then
+    echo "test_exports: found only $count CUPOOL_WORK_ENTRIES rows in work_shims.h: the parse is broken" >&2
+    exit 1
+fi
 {
-    cat "$tmp.handled"
+    cat "$tmp.handled" "$tmp.work"
     echo cupool_version
     echo cupool_get_stats
     echo dlsym@GLIBC_2.2.5
@@ -44,6 +56,7 @@ fi
 
 # Whatever happens to symbols.h, these must be there.
 for must in cuMemAlloc_v2 cuMemFree_v2 cuGetProcAddress_v2 cuGetProcAddress cuInit \
+    cuLaunchKernel cuLaunchKernel_ptsz cuMemcpyAsync cuMemcpyHtoD_v2 cuCtxSynchronize cuStreamSynchronize \
     dlsym@GLIBC_2.2.5 dlsym@@GLIBC_2.34 cupool_version cupool_get_stats; do
     grep -qx "$must" "$tmp.expected" || { echo "test_exports: $must missing from the expected list" >&2; exit 1; }
 done

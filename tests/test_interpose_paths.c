@@ -82,10 +82,10 @@ static void run_queries(gpa_v2_t *gpa, char *out, size_t len)
     void *fn = NULL;
     CUdriverProcAddressQueryResult status;
     Dl_info info;
-    if (gpa("cuMemcpyHtoD", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && fn &&
+    if (gpa("cuDeviceGetName", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && fn &&
         dladdr(fn, &info) && info.dli_fname) {
         const char *base = strrchr(info.dli_fname, '/');
-        snprintf(out + used, len - used, "cuMemcpyHtoD@12000 in %s at +0x%lx\n", base ? base + 1 : info.dli_fname,
+        snprintf(out + used, len - used, "cuDeviceGetName@12000 in %s at +0x%lx\n", base ? base + 1 : info.dli_fname,
                  (unsigned long)((char *)fn - (char *)info.dli_fbase));
     }
 }
@@ -220,14 +220,14 @@ int main(int argc, char **argv)
          * exported symbol on the simulator; a real driver may hand out an
          * internal address, so there the native child's answer decides, in
          * step 6). */
-        void *real = dlsym(h, "cuMemcpyHtoD_v2");
+        void *real = dlsym(h, "cuDeviceGetName");
         CHECK_TRUE(real != NULL);
         CHECK_TRUE(!in_cupool(real));
         fn = NULL;
-        CHECK_CU(gpa("cuMemcpyHtoD", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+        CHECK_CU(gpa("cuDeviceGetName", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
         CHECK_TRUE(!in_cupool(fn));
         if (!check_real_driver()) CHECK_TRUE(fn == real);
-        else printf("cuMemcpyHtoD@12000 %s the exported cuMemcpyHtoD_v2\n", fn == real ? "is" : "is not");
+        else printf("cuDeviceGetName@12000 %s the exported cuDeviceGetName\n", fn == real ? "is" : "is not");
     }
 
     /* 6. results and symbolStatus of every query match the driver's own. */

@@ -29,12 +29,13 @@
 
 #define CUPOOL_REAL_DEF(name, ...) __typeof__(name) *real_##name;
 CUPOOL_HANDLED(CUPOOL_REAL_DEF)
+CUPOOL_WORK_ENTRIES(CUPOOL_REAL_DEF)
 CUPOOL_USED(CUPOOL_REAL_DEF)
 #undef CUPOOL_REAL_DEF
 
 /* Every real pointer with the name it is loaded by: the handled entry
- * points first, in the order of enum cupool_symbol, then those cupool only
- * calls. */
+ * points first, in the order of enum cupool_symbol, then the work entry
+ * points, then those cupool only calls. */
 typedef struct real_row {
     const char *name;
     void **real;
@@ -43,6 +44,7 @@ typedef struct real_row {
 static const real_row_t reals[] = {
 #define CUPOOL_HANDLED_REAL_ROW(name, ...) {#name, (void **)&real_##name},
     CUPOOL_HANDLED(CUPOOL_HANDLED_REAL_ROW)
+    CUPOOL_WORK_ENTRIES(CUPOOL_HANDLED_REAL_ROW)
 #undef CUPOOL_HANDLED_REAL_ROW
 #define CUPOOL_USED_ROW(name) {#name, (void **)&real_##name},
     CUPOOL_USED(CUPOOL_USED_ROW)

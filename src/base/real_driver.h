@@ -30,6 +30,9 @@ struct timespec cupool_deadline_after_ns(long long ns);
 
 enum { CUPOOL_ANY, CUPOOL_LEGACY, CUPOOL_PTDS };
 
+/* One number per CUPOOL_HANDLED row, what the call log and the statistics
+ * name a call by (the generated work rows have none: their shims neither
+ * log nor count). */
 enum cupool_symbol {
 #define CUPOOL_ENUM_ROW(name, base, version, flavour) CUPOOL_SYM_##name,
     CUPOOL_HANDLED(CUPOOL_ENUM_ROW)
@@ -39,6 +42,7 @@ enum cupool_symbol {
 
 #define CUPOOL_REAL_DECL(name, ...) extern __typeof__(name) *real_##name;
 CUPOOL_HANDLED(CUPOOL_REAL_DECL)
+CUPOOL_WORK_ENTRIES(CUPOOL_REAL_DECL)
 CUPOOL_USED(CUPOOL_REAL_DECL)
 #undef CUPOOL_REAL_DECL
 

@@ -4,7 +4,9 @@
  * cuMemFreeHost and cuMemAllocManaged (whose cuMemFree comes through
  * shims/memory.c) served by the kept store (engine/kept_store.c), and the
  * managed-memory calls after which a block is no longer kept
- * (cuMemAdvise, cuStreamAttachMemAsync), passed to the driver.
+ * (cuMemAdvise, cuStreamAttachMemAsync), passed to the driver;
+ * cuStreamAttachMemAsync gives its stream work, which the work tracker
+ * hears of first (shims/work.c).
  */
 #include "../engine/engine.h"
 
@@ -132,6 +134,7 @@ CUPOOL_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_ad
 CUPOOL_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamAttachMemAsync);
+    if (cupool_active()) cupool_stream_work(hStream, 0);
     call.ptr = dptr;
     call.stream = hStream;
     return cupool_call_end(&call, touched(real_cuStreamAttachMemAsync(hStream, dptr, length, flags), dptr, length));
@@ -141,6 +144,7 @@ CUPOOL_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr
                                                    unsigned int flags)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamAttachMemAsync_ptsz);
+    if (cupool_active()) cupool_stream_work(hStream, 1);
     call.ptr = dptr;
     call.stream = hStream;
     return cupool_call_end(&call,

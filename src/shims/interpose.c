@@ -31,10 +31,16 @@ typedef struct handled_row {
     void **real;         /* where the real pointer lives */
 } handled_row_t;
 
+/* Every handled entry point: CUPOOL_HANDLED's, then the work entry points of
+ * CUPOOL_WORK_ENTRIES (src/shims/work.c), all interposed the same way. */
 static const handled_row_t handled[] = {
 #define CUPOOL_TABLE_ROW(name, base, version, flavour) \
     {#name, base, version, flavour, (void *)&name, (void **)&real_##name},
+#define CUPOOL_WORK_TABLE_ROW(name, base, version, flavour, params, args, stream, per_thread) \
+    CUPOOL_TABLE_ROW(name, base, version, flavour)
     CUPOOL_HANDLED(CUPOOL_TABLE_ROW)
+    CUPOOL_WORK_ENTRIES(CUPOOL_WORK_TABLE_ROW)
+#undef CUPOOL_WORK_TABLE_ROW
 #undef CUPOOL_TABLE_ROW
 };
 

@@ -218,7 +218,9 @@ CUPOOL_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
  * be there): on CUDA_ERROR_OUT_OF_MEMORY cupool hands back what it holds on
  * the current context's device, as for its own allocations, and the driver
  * is asked once more.  Not during a capture, where the allocation becomes a
- * graph node and the hand-back could not synchronize. */
+ * graph node and the hand-back could not synchronize.  Each of these calls,
+ * and the program's stream-ordered frees, gives its stream work: the work
+ * tracker hears of it first, as of every call of shims/work.c. */
 static int trimmed_for(CUresult r)
 {
     cupool_context_t *c;
@@ -242,6 +244,7 @@ static CUresult own_alloc_done(cupool_call_t *call, CUresult r, const CUdevicept
 CUPOOL_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocAsync);
+    if (cupool_active()) cupool_stream_work(stream, 0);
     CUresult r = real_cuMemAllocAsync(dptr, size, stream);
     if (trimmed_for(r)) r = real_cuMemAllocAsync(dptr, size, stream);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
@@ -250,6 +253,7 @@ CUPOOL_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream 
 CUPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocAsync_ptsz);
+    if (cupool_active()) cupool_stream_work(stream, 1);
     CUresult r = real_cuMemAllocAsync_ptsz(dptr, size, stream);
     if (trimmed_for(r)) r = real_cuMemAllocAsync_ptsz(dptr, size, stream);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
@@ -258,6 +262,7 @@ CUPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUst
 CUPOOL_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocFromPoolAsync);
+    if (cupool_active()) cupool_stream_work(stream, 0);
     CUresult r = real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
     if (trimmed_for(r)) r = real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
@@ -267,6 +272,7 @@ CUPOOL_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t si
                                                    CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocFromPoolAsync_ptsz);
+    if (cupool_active()) cupool_stream_work(stream, 1);
     CUresult r = real_cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, stream);
     if (trimmed_for(r)) r = real_cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, stream);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
@@ -307,11 +313,13 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
 CUPOOL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync);
+    if (cupool_active()) cupool_stream_work(hStream, 0);
     return cupool_call_end(&call, free_async(real_cuMemFreeAsync, dptr, hStream, &call));
 }
 
 CUPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync_ptsz);
+    if (cupool_active()) cupool_stream_work(hStream, 1);
     return cupool_call_end(&call, free_async(real_cuMemFreeAsync_ptsz, dptr, hStream, &call));
 }

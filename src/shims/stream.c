@@ -28,6 +28,18 @@ CUPOOL_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned i
     return cupool_call_end(&call, r);
 }
 
+/* A stream of a green context: its work runs on the device like any
+ * other stream's, and it is tracked in the calling thread's current
+ * context, as cuStreamCreate's. */
+CUPOOL_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
+{
+    CUPOOL_SHIM_BEGIN(call, cuGreenCtxStreamCreate);
+    CUresult r = real_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
+    if (r == CUDA_SUCCESS) cupool_track_stream(*phStream, flags);
+    call.stream = r == CUDA_SUCCESS ? *phStream : NULL;
+    return cupool_call_end(&call, r);
+}
+
 CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamDestroy_v2);
