@@ -7,7 +7,7 @@ made by scripts/bench-gpu.sh:
   mkdir -p docs/img && cp bench-results/img/*.png bench-results/img/*.svg docs/img/
 
   python3 bench/make_report.py --summary bench-results   (the target table only, as text)
-  python3 bench/make_report.py --section host bench-results   (one section's Markdown)
+  python3 bench/make_report.py --section host bench-results   (one section's Markdown: host, parity, capacity)
 
 Missing results make "not measured" sections, so the document can be made
 before any GPU run.  Pictures are referenced as img/NAME.png (docs/img/).
@@ -488,12 +488,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="?", default="bench-results")
     ap.add_argument("--summary", action="store_true", help="print the target table as text and exit")
-    ap.add_argument("--section", choices=["host"], help="print one section's Markdown and exit")
+    ap.add_argument("--section", choices=["host", "parity", "capacity"], help="print one section's Markdown and exit")
     args = ap.parse_args()
     results = args.results
 
     if args.section:
-        sys.stdout.write({"host": section_host}[args.section](results))
+        sys.stdout.write({"host": section_host, "parity": section_parity, "capacity": section_capacity}[args.section](results))
         return 0
     targets, checks, errors = all_targets(results)
     if args.summary:

@@ -74,8 +74,7 @@ EXCLUDED = [
      "begin, end or look at a capture, whose work is recorded into a graph instead of run; "
      "src/shims/stream.c counts the captures"),
     ("stream queries and waits", r"cuStream(Query|Synchronize)",
-     "ask about or wait for work already given and give none; cuStreamSynchronize's shims "
-     "(src/shims/work.c) tell the work tracker that the work completed"),
+     "ask about or wait for work already given and give none"),
     ("stream attributes", r"cuStream(Get|Set)\w*|cuStreamCopyAttributes",
      "read or set a stream's properties (flags, priority, context, id, attributes)"),
     ("events", r"cuEventRecord\w*|cuStreamWaitEvent",

@@ -56,7 +56,7 @@ fi
 
 # Whatever happens to symbols.h, these must be there.
 for must in cuMemAlloc_v2 cuMemFree_v2 cuGetProcAddress_v2 cuGetProcAddress cuInit \
-    cuLaunchKernel cuLaunchKernel_ptsz cuMemcpyAsync cuMemcpyHtoD_v2 cuCtxSynchronize cuStreamSynchronize \
+    cuLaunchKernel cuLaunchKernel_ptsz cuMemcpyAsync cuMemcpyHtoD_v2 cuMemsetD8_v2 cuGraphLaunch \
     dlsym@GLIBC_2.2.5 dlsym@@GLIBC_2.34 cupool_version cupool_get_stats; do
     grep -qx "$must" "$tmp.expected" || { echo "test_exports: $must missing from the expected list" >&2; exit 1; }
 done

@@ -63,7 +63,7 @@ static int one_stream(void)
            BLOCKS, (unsigned long long)(most >> 20), (unsigned long long)(reserved >> 20), races());
     CHECK_CU(cuMemsetD32Async(probe, 7, WORDS, s));
     CHECK_CU(cuStreamSynchronize(s));
-    CHECK_TRUE(tl_spot_check(probe, BLOCK, 7));
+    CHECK_EQ(tl_spot_check(probe, BLOCK, 7), 0);
     CHECK_CU(cuMemFree(probe));
     CHECK_CU(cuStreamDestroy(s));
     CHECK_EQ(races(), 0);
@@ -148,14 +148,16 @@ static int by_turns(void)
     return 0;
 }
 
+/* one-stream moves the order twice: to its stream at the first work, and
+ * back to the legacy stream for the check's synchronous copies. */
 static const tl_case_t cases[] = {
     {"one-stream", one_stream,
-     {"SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "SIMCUDA_RACES=count", "CUPOOL_STATS=1", NULL}, 1,
-     "moves of the order stream to the stream given work 1\n"},
-    {"moves", moves, {"SIMCUDA_RACES=count", NULL}, 1, NULL},
+     {"CUPOOL_FREE=auto", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "SIMCUDA_RACES=count", "CUPOOL_STATS=1", NULL}, 1,
+     "moves of the order stream to the stream given work 2"},
+    {"moves", moves, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", NULL}, 1, NULL},
     {"moves-ordered", moves, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", NULL}, 1, NULL},
-    {"destroyed", destroyed, {"SIMCUDA_RACES=count", "SIMCUDA_EVENT_DELAY=1000000", NULL}, 1, NULL},
-    {"by-turns", by_turns, {"SIMCUDA_RACES=count", "CUPOOL_VERBOSE=1", NULL}, 1,
+    {"destroyed", destroyed, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", "SIMCUDA_EVENT_DELAY=1000000", NULL}, 1, NULL},
+    {"by-turns", by_turns, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", "CUPOOL_VERBOSE=1", NULL}, 1,
      "work on several streams by turns; frees wait for fences"},
 };
 

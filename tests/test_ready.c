@@ -64,8 +64,9 @@
  *               CUPOOL_STATS counts the three such blocks kept.
  *   ordered-over-cap-threads: while the store holds such a block one
  *               thread freed, one another thread frees goes straight back.
- *   ordered-switch: auto moving to `deferred` synchronizes the context, so
- *               a block `ordered` kept then serves with no event at all.
+ *   ordered-switch: auto moving to `deferred` (two streams given work by
+ *               turns) synchronizes the context, so a block `ordered` kept
+ *               then serves with no event at all.
  *   ordered-leave: auto moving from `ordered` to `sync` hands them back.
  *   ordered-capture-off, sync-capture: captures survive `ordered`'s pool
  *               calls on the legacy stream (the store off) and `sync`'s
@@ -425,17 +426,23 @@ static int ordered_miss(void)
 static int ordered_switch(void)
 {
     tl_init(0);
-    CUdeviceptr a, b;
-    CUstream s;
+    CUdeviceptr a, b, t[2];
+    CUstream s[2];
     CHECK_CU(cuMemAlloc(&a, BLOCK));
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemAlloc(&t[i], SMALL));
     CHECK_CU(cuMemFree(a));
-    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); /* auto -> deferred, synchronizing */
+    for (int i = 0; i < 2; i++) CHECK_CU(cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
+    /* Work by turns, more than the order stream may follow in a second:
+     * auto -> deferred, synchronizing. */
+    for (int i = 0; i < 100; i++) CHECK_CU(cuMemsetD8Async(t[i % 2], (unsigned char)i, SMALL, s[i % 2]));
     long long since = legacy_records();
     CHECK_CU(cuMemAlloc(&b, BLOCK));
     CHECK_EQ(b, a);
     check_records(since, 0);
     CHECK_CU(cuMemFree(b));
-    CHECK_CU(cuStreamDestroy(s));
+    CHECK_CU(cuCtxSynchronize());
+    for (int i = 0; i < 2; i++) CHECK_CU(cuMemFree(t[i]));
+    for (int i = 0; i < 2; i++) CHECK_CU(cuStreamDestroy(s[i]));
     return 0;
 }
 

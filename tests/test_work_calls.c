@@ -9,9 +9,7 @@
  * can read, so arrival is proven by identity: every pointer a path hands
  * out is the function libcupool.so exports under that variant's name
  * (dlsym on cupool's own handle), and a call through it does the work (the
- * launch succeeds, the copy's bytes arrive).  The synchronizations too
- * (cuStreamSynchronize and its _ptsz, cuCtxSynchronize, and at 13000
- * cuCtxSynchronize_v2, never the v1 shim).  The shims return the driver's
+ * launch succeeds, the copy's bytes arrive).  The shims return the driver's
  * answer unchanged: calls with bad arguments answer what a run without
  * cupool answers.  On the simulated driver, which lacks cuLaunchHostFunc,
  * cupool's shim of it answers CUDA_ERROR_NOT_FOUND.
@@ -29,9 +27,6 @@ typedef CUresult gpa_t(const char *, void **, int, cuuint64_t, CUdriverProcAddre
 typedef CUresult launch_t(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                           unsigned int, unsigned int, CUstream, void **, void **);
 typedef CUresult copy_t(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-typedef CUresult stream_sync_t(CUstream);
-typedef CUresult ctx_sync_t(void);
-typedef CUresult ctx_sync_v2_t(CUcontext);
 typedef CUresult host_func_t(CUstream, CUhostFn, void *);
 
 /* An empty kernel the simulator knows by name (and a GPU can run). */
@@ -59,16 +54,15 @@ static void same(void *fn, const char *name, const char *path)
     if (fn != ours(name)) CHECK_FAIL("path %s: %s is %p, not libcupool.so's %p", path, name, fn, ours(name));
 }
 
-/* A launch and a copy through the given pointers do their work, and the
- * stream synchronization through sync waits for it. */
-static void work(launch_t *launch, copy_t *copy, stream_sync_t *sync, const char *path)
+/* A launch and a copy through the given pointers do their work. */
+static void work(launch_t *launch, copy_t *copy, const char *path)
 {
     pattern++;
     tl_fill(src, BYTES, pattern);
     CHECK_CU(cuMemsetD8(dst, 0, BYTES));
     CHECK_CU(launch(busy, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL));
     CHECK_CU(copy(dst, src, BYTES, stream));
-    CHECK_CU(sync(stream));
+    CHECK_CU(cuStreamSynchronize(stream));
     if (tl_spot_check(dst, BYTES, pattern) != 0) CHECK_FAIL("path %s: the copy did not arrive", path);
     printf("path %-44s reaches the work shims\n", path);
 }
@@ -113,26 +107,19 @@ int main(int argc, char **argv)
     /* 1. linked with -lcuda. */
     same((void *)cuLaunchKernel, "cuLaunchKernel", "linked -lcuda");
     same((void *)cuMemcpyAsync, "cuMemcpyAsync", "linked -lcuda");
-    same((void *)cuStreamSynchronize, "cuStreamSynchronize", "linked -lcuda");
-    same((void *)cuCtxSynchronize, "cuCtxSynchronize", "linked -lcuda");
-    work(cuLaunchKernel, cuMemcpyAsync, cuStreamSynchronize, "linked -lcuda");
-    CHECK_CU(cuCtxSynchronize());
+    work(cuLaunchKernel, cuMemcpyAsync, "linked -lcuda");
 
     /* 2. dlopen + dlsym of the exported variants, and dlsym(RTLD_DEFAULT). */
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     CHECK_TRUE(h != NULL);
     static const char *const names[] = {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuMemcpyAsync", "cuMemcpyAsync_ptsz",
-                                        "cuMemcpyHtoDAsync_v2", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
-                                        "cuCtxSynchronize", "cuCtxSynchronize_v2"};
+                                        "cuMemcpyHtoDAsync_v2", "cuMemsetD8_v2", "cuMemsetD8_v2_ptds"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         same(dlsym(h, names[i]), names[i], "dlopen + dlsym");
         same(dlsym(RTLD_DEFAULT, names[i]), names[i], "dlsym(RTLD_DEFAULT)");
     }
-    work((launch_t *)dlsym(h, "cuLaunchKernel"), (copy_t *)dlsym(h, "cuMemcpyAsync"),
-         (stream_sync_t *)dlsym(h, "cuStreamSynchronize"), "dlopen + dlsym");
-    work((launch_t *)dlsym(h, "cuLaunchKernel_ptsz"), (copy_t *)dlsym(h, "cuMemcpyAsync_ptsz"),
-         (stream_sync_t *)dlsym(h, "cuStreamSynchronize_ptsz"), "dlopen + dlsym, _ptsz");
-    CHECK_CU(((ctx_sync_v2_t *)dlsym(h, "cuCtxSynchronize_v2"))(NULL));
+    work((launch_t *)dlsym(h, "cuLaunchKernel"), (copy_t *)dlsym(h, "cuMemcpyAsync"), "dlopen + dlsym");
+    work((launch_t *)dlsym(h, "cuLaunchKernel_ptsz"), (copy_t *)dlsym(h, "cuMemcpyAsync_ptsz"), "dlopen + dlsym, _ptsz");
 
     /* 3. cuGetProcAddress, asked for itself first. */
     gpa_t *gpa = NULL;
@@ -152,10 +139,8 @@ int main(int argc, char **argv)
         {"cuMemcpyAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyAsync_ptsz"},
         {"cuMemcpyHtoDAsync", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemcpyHtoDAsync_v2"},
         {"cuMemcpyHtoDAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoDAsync_v2_ptsz"},
-        {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuStreamSynchronize"},
-        {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamSynchronize_ptsz"},
-        {"cuCtxSynchronize", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuCtxSynchronize"},
-        {"cuCtxSynchronize", 13000, CU_GET_PROC_ADDRESS_DEFAULT, "cuCtxSynchronize_v2"},
+        {"cuMemsetD8", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuMemsetD8_v2"},
+        {"cuMemsetD8", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemsetD8_v2_ptds"},
     };
     void *fn[sizeof asks / sizeof asks[0]];
     for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
@@ -164,10 +149,8 @@ int main(int argc, char **argv)
         CHECK_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
         same(fn[i], asks[i].variant, "cuGetProcAddress");
     }
-    work((launch_t *)fn[0], (copy_t *)fn[2], (stream_sync_t *)fn[6], "cuGetProcAddress, legacy stream");
-    work((launch_t *)fn[1], (copy_t *)fn[3], (stream_sync_t *)fn[7], "cuGetProcAddress, per-thread stream");
-    CHECK_CU(((ctx_sync_t *)fn[8])());
-    CHECK_CU(((ctx_sync_v2_t *)fn[9])(NULL));
+    work((launch_t *)fn[0], (copy_t *)fn[2], "cuGetProcAddress, legacy stream");
+    work((launch_t *)fn[1], (copy_t *)fn[3], "cuGetProcAddress, per-thread stream");
 
     /* 4. The driver's answers, unchanged: the same refused calls natively. */
     {

@@ -10,8 +10,8 @@
  * real_<name> pointers and nothing else.  A name is in one list only (its
  * real_<name> would be defined twice): the real_<name> of a handled row is
  * also what cupool's own calls use, and they reach the driver without
- * passing through the shim (cupool's own cuCtxSynchronize and
- * cuStreamSynchronize do not come back to the work tracker).
+ * passing through the shim (cupool's own copies and sets do not come back
+ * to the work tracker).
  * CUPOOL_WORK_ENTRIES (work_shims.h, generated from cuda.h by
  * scripts/gen_work_shims.py) lists the entry points that give a stream
  * work; they are handled too, each with a shim of src/shims/work.c, and
@@ -67,10 +67,6 @@
     X(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph",    12030, CUPOOL_PTDS)   \
     X(cuStreamEndCapture,               "cuStreamEndCapture",             10000, CUPOOL_LEGACY) \
     X(cuStreamEndCapture_ptsz,          "cuStreamEndCapture",             10000, CUPOOL_PTDS)   \
-    X(cuStreamSynchronize,              "cuStreamSynchronize",            2000,  CUPOOL_LEGACY) \
-    X(cuStreamSynchronize_ptsz,         "cuStreamSynchronize",            7000,  CUPOOL_PTDS)   \
-    X(cuCtxSynchronize,                 "cuCtxSynchronize",               2000,  CUPOOL_ANY)    \
-    X(cuCtxSynchronize_v2,              "cuCtxSynchronize",               13000, CUPOOL_ANY)    \
     X(cuLaunchCooperativeKernelMultiDevice, "cuLaunchCooperativeKernelMultiDevice", 9000, CUPOOL_ANY) \
     X(cuGreenCtxStreamCreate,           "cuGreenCtxStreamCreate",         12050, CUPOOL_ANY)    \
     X(cuCtxCreate_v2,                   "cuCtxCreate",                    3020,  CUPOOL_ANY)    \
@@ -109,7 +105,9 @@
     X(cuCtxGetId)                  \
     X(cuCtxPushCurrent_v2)         \
     X(cuCtxPopCurrent_v2)          \
+    X(cuCtxSynchronize)            \
     X(cuCtxRecordEvent)            \
+    X(cuStreamSynchronize)         \
     X(cuStreamQuery)               \
     X(cuStreamWaitEvent)           \
     X(cuStreamGetFlags)            \

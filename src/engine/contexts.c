@@ -287,6 +287,19 @@ int cupool_each_context(int (*fn)(cupool_context_t *c, void *arg), void *arg)
 
 /* ---- streams ------------------------------------------------------------- */
 
+/* Room for one more in a list of streams holding n; 0 when there is none
+ * (no host memory). */
+static int grow(CUstream **list, int *cap, int n)
+{
+    if (n < *cap) return 1;
+    int more = *cap ? 2 * *cap : 8;
+    CUstream *grown = realloc(*list, (size_t)more * sizeof *grown);
+    if (!grown) return 0;
+    *list = grown;
+    *cap = more;
+    return 1;
+}
+
 void cupool_track_stream(CUstream stream, unsigned flags)
 {
     if (!cupool_active()) return;
@@ -297,18 +310,17 @@ void cupool_track_stream(CUstream stream, unsigned flags)
     if (!c && ctx) c = context_lookup(ctx, generation);
     if (!c) return;
     order_after_allocations(c, stream);
-    cupool_order_stream_created(c, stream, flags);
-    if (!(flags & CU_STREAM_NON_BLOCKING)) return;
-    pthread_mutex_lock(&c->lock);
-    if (c->nstreams == c->streams_cap) {
-        int cap = c->streams_cap ? 2 * c->streams_cap : 8;
-        CUstream *grown = realloc(c->streams, (size_t)cap * sizeof *grown);
-        if (grown) {
-            c->streams = grown;
-            c->streams_cap = cap;
-        }
+    if (!(flags & CU_STREAM_NON_BLOCKING)) {
+        /* The order stream's (order.c): with the legacy stream, one order.
+         * One that does not fit counts as non-blocking, which moves the
+         * order where it need not, never wrongly. */
+        pthread_mutex_lock(&c->lock);
+        if (grow(&c->blocking, &c->blocking_cap, c->nblocking)) c->blocking[c->nblocking++] = stream;
+        pthread_mutex_unlock(&c->lock);
+        return;
     }
-    int tracked = c->nstreams < c->streams_cap;
+    pthread_mutex_lock(&c->lock);
+    int tracked = grow(&c->streams, &c->streams_cap, c->nstreams);
     if (tracked) c->streams[c->nstreams++] = stream;
     pthread_mutex_unlock(&c->lock);
     /* An untracked stream could not be waited for by `deferred`'s fences:
@@ -322,7 +334,11 @@ void cupool_forget_stream(CUstream stream)
     pthread_mutex_lock(&cupool_registry_lock);
     for (cupool_context_t *c = cupool_contexts; c; c = c->next) {
         pthread_mutex_lock(&c->lock);
-        cupool_order_stream_destroyed(c, stream);
+        for (int i = 0; i < c->nblocking; i++) {
+            if (c->blocking[i] != stream) continue;
+            c->blocking[i] = c->blocking[--c->nblocking];
+            break;
+        }
         for (int i = 0; i < c->nstreams; i++) {
             if (c->streams[i] != stream) continue;
             c->streams[i] = c->streams[--c->nstreams];

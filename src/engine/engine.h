@@ -179,5 +179,19 @@ typedef struct {
 } cupool_work_t;
 cupool_work_t cupool_stream_work(CUstream stream, int per_thread);
 void cupool_stream_work_done(const cupool_work_t *work);
+/* The program is about to destroy `stream` (shims/stream.c, before
+ * cupool_forget_stream): an order stream leaves it. */
+void cupool_order_stream_destroyed(CUstream stream);
+/* The two, for a shim: nothing before cupool is active, nothing after
+ * when there is nothing to look at. */
+static inline cupool_work_t cupool_work_begin(CUstream stream, int per_thread)
+{
+    if (!cupool_active()) return (cupool_work_t){0};
+    return cupool_stream_work(stream, per_thread);
+}
+static inline void cupool_work_end(const cupool_work_t *work)
+{
+    if (work->context) cupool_stream_work_done(work);
+}
 
 #endif

@@ -92,41 +92,7 @@ static CUstream canonical(CUstream stream, int per_thread)
     return stream;
 }
 
-void cupool_order_stream_created(cupool_context_t *c, CUstream stream, unsigned flags)
-{
-    if (flags & CU_STREAM_NON_BLOCKING) return;
-    pthread_mutex_lock(&c->lock);
-    if (c->nblocking == c->blocking_cap) {
-        int cap = c->blocking_cap ? 2 * c->blocking_cap : 8;
-        CUstream *grown = realloc(c->blocking, (size_t)cap * sizeof *grown);
-        if (grown) {
-            c->blocking = grown;
-            c->blocking_cap = cap;
-        }
-    }
-    /* One that does not fit counts as non-blocking: moves, never wrong. */
-    if (c->nblocking < c->blocking_cap) c->blocking[c->nblocking++] = stream;
-    pthread_mutex_unlock(&c->lock);
-}
-
 /* ---- moving the order -------------------------------------------------------- */
-
-/* Makes `to` wait for everything enqueued on `from` so far: one event on
- * `from`, one wait on `to`.  c->lock held, the legacy gate entered when
- * either is the legacy stream. */
-static CUresult join(cupool_context_t *c, CUstream from, CUstream to)
-{
-    CUPOOL_ASSERT_HELD(&c->lock);
-    CUresult r = CUDA_SUCCESS;
-    if (!c->order_event) r = real_cuEventCreate(&c->order_event, CU_EVENT_DISABLE_TIMING);
-    if (r != CUDA_SUCCESS) {
-        c->order_event = NULL;
-        return r;
-    }
-    r = real_cuEventRecord(c->order_event, from);
-    if (r == CUDA_SUCCESS) r = real_cuStreamWaitEvent(to, c->order_event, 0);
-    return r;
-}
 
 enum move_result { MOVED, NOT_NEEDED, REFUSED };
 
@@ -159,7 +125,7 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream)
     if (++c->moves_recent > MOVES_PER_SECOND && cupool_option(CUPOOL_OPT_FREE) == CUPOOL_FREE_AUTO) return REFUSED;
     if (!cupool_legacy_enter()) return REFUSED;
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    CUresult r = join(c, from, to);
+    CUresult r = cupool_order_join(c, from, to);
     cupool_relaxed_end(previous);
     cupool_legacy_leave();
     if (r != CUDA_SUCCESS) {
@@ -221,48 +187,35 @@ void cupool_stream_work_done(const cupool_work_t *w)
     cupool_order_rejoin(c, w->stream);
 }
 
-__attribute__((cold)) void cupool_order_rejoin(cupool_context_t *c, CUstream stream)
+/* The order of one context leaves `stream` if it is there (arg): back to
+ * the legacy stream, after the stream's queued work (which still runs
+ * after the destroy returns); where the legacy stream may not be touched,
+ * the host waits for the stream instead. */
+static int leave_stream(cupool_context_t *c, void *arg)
 {
-    int refuse = 0;
+    CUstream stream = arg;
     pthread_mutex_lock(&c->lock);
-    CUstream order = atomic_load_explicit(&c->order, memory_order_relaxed);
-    if (atomic_load_explicit(&c->mode, memory_order_relaxed) == CUPOOL_FREE_ORDERED && !same_order(c, stream, order)) {
+    if (atomic_load_explicit(&c->order, memory_order_relaxed) == stream) {
         int pushed = cupool_enter_context(c->ctx);
+        CUstreamCaptureMode previous = cupool_relaxed_begin();
+        CUresult r = CUDA_ERROR_NOT_PERMITTED;
         if (cupool_legacy_enter()) {
-            CUstreamCaptureMode previous = cupool_relaxed_begin();
-            refuse = join(c, stream, order) != CUDA_SUCCESS;
-            cupool_relaxed_end(previous);
+            r = cupool_order_join(c, stream, CU_STREAM_LEGACY);
             cupool_legacy_leave();
-        } else {
-            refuse = 1;
         }
+        if (r != CUDA_SUCCESS) real_cuStreamSynchronize(stream);
+        cupool_relaxed_end(previous);
         cupool_leave_context(pushed);
+        atomic_store_explicit(&c->order, CU_STREAM_LEGACY, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
+        c->fences++;
     }
     pthread_mutex_unlock(&c->lock);
-    if (refuse) refused(c);
+    return 0;
 }
 
-/* The program destroys `stream`: if it is the order stream, the order goes
- * back to the legacy stream, after the stream's work (its queued work still
- * runs after the destroy returns).  c->lock held. */
-void cupool_order_stream_destroyed(cupool_context_t *c, CUstream stream)
+void cupool_order_stream_destroyed(CUstream stream)
 {
-    CUPOOL_ASSERT_HELD(&c->lock);
-    for (int i = 0; i < c->nblocking; i++)
-        if (c->blocking[i] == stream) c->blocking[i--] = c->blocking[--c->nblocking];
-    if (atomic_load_explicit(&c->order, memory_order_relaxed) != stream) return;
-    int pushed = cupool_enter_context(c->ctx);
-    CUresult r = CUDA_ERROR_NOT_PERMITTED;
-    if (cupool_legacy_enter()) {
-        CUstreamCaptureMode previous = cupool_relaxed_begin();
-        r = join(c, stream, CU_STREAM_LEGACY);
-        cupool_relaxed_end(previous);
-        cupool_legacy_leave();
-    }
-    /* No legacy stream now: the host waits for the stream instead. */
-    if (r != CUDA_SUCCESS) real_cuStreamSynchronize(stream);
-    cupool_leave_context(pushed);
-    atomic_store_explicit(&c->order, CU_STREAM_LEGACY, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
-    c->fences++;
+    if (stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
+        cupool_each_context(leave_stream, stream);
 }

@@ -25,6 +25,11 @@
  * A thread that finds the queue empty makes its own call at once, for one
  * atomic exchange and one store more; a context one thread alone has used
  * skips the queue (state.h).
+ *
+ * Here too, the joins of one stream to another that keep the order stream
+ * correct when it moves (order.c moves it; a pool call made on the stream
+ * it left, by a thread that read it just before, is joined to the new one
+ * here).
  */
 #include "state.h"
 
@@ -148,4 +153,45 @@ void cupool_queue_decide(void)
     cupool_message(CUPOOL_MSG_INFO, "driver queue: %s",
                    cupool_hot.queue ? "on" : q == CUPOOL_QUEUE_OFF ? "off (CUPOOL_DRIVER_QUEUE=off)"
                                                                    : "off (a CUDA tool is attached)");
+}
+
+/* ---- joins of the order stream ----------------------------------------------- */
+
+CUresult cupool_order_join(cupool_context_t *c, CUstream from, CUstream to)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!c->order_event) r = real_cuEventCreate(&c->order_event, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+        c->order_event = NULL;
+        return r;
+    }
+    r = real_cuEventRecord(c->order_event, from);
+    if (r == CUDA_SUCCESS) r = real_cuStreamWaitEvent(to, c->order_event, 0);
+    return r;
+}
+
+/* Work or a pool call was enqueued on `stream` while the order stream
+ * moved away from it: the order stream waits for it.  Where the legacy
+ * stream may not be touched (a capture beginning or in progress) the host
+ * waits for the stream instead; a program that itself gave the legacy
+ * stream work meanwhile has already disturbed its capture. */
+__attribute__((cold)) void cupool_order_rejoin(cupool_context_t *c, CUstream stream)
+{
+    pthread_mutex_lock(&c->lock);
+    CUstream order = atomic_load_explicit(&c->order, memory_order_relaxed);
+    if (stream != order) {
+        int pushed = cupool_enter_context(c->ctx);
+        CUstreamCaptureMode previous = cupool_relaxed_begin();
+        CUresult r = CUDA_ERROR_NOT_PERMITTED;
+        if (cupool_legacy_enter()) {
+            r = cupool_order_join(c, stream, order);
+            cupool_legacy_leave();
+        }
+        if (r != CUDA_SUCCESS && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
+            real_cuStreamSynchronize(stream);
+        cupool_relaxed_end(previous);
+        cupool_leave_context(pushed);
+    }
+    pthread_mutex_unlock(&c->lock);
 }

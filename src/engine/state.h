@@ -177,16 +177,16 @@ static inline int cupool_queue_wanted(const cupool_context_t *c)
  * from cupool's own stream, a free is held until the capture has ended
  * (cupool_free_failed). */
 #define CUPOOL_CAPTURE_IN_PROGRESS ((CUresult)-1)
-/* The order stream's side of the program's streams (order.c): a stream
- * created (the blocking ones share the legacy stream's order) and one being
- * destroyed (c->lock held, c->ctx current: the order leaves it). */
-void cupool_order_stream_created(cupool_context_t *c, CUstream stream, unsigned flags);
-void cupool_order_stream_destroyed(cupool_context_t *c, CUstream stream);
 /* Moves a context to a stronger free mode under CUPOOL_FREE=auto, as the
  * program's streams and contexts make it need (contexts.c). */
 void cupool_context_promote(cupool_context_t *c, int mode);
+/* Makes `to` wait for everything enqueued on `from` so far: one event on
+ * `from`, one wait on `to` (queue.c; c->lock held, c->ctx current, the
+ * legacy gate entered when either is the legacy stream). */
+CUresult cupool_order_join(cupool_context_t *c, CUstream from, CUstream to);
 /* An operation enqueued on `stream` after the order stream moved away from
- * it (order.c): the order stream waits for it (out of line, cold). */
+ * it (order.c moves it): the order stream waits for it (queue.c; out of
+ * line, cold). */
 void cupool_order_rejoin(cupool_context_t *c, CUstream stream);
 /* One pool call on the context's order stream (pool NULL: a free of *ptr),
  * counted as a call on the legacy stream (capture_gate.h) whichever it is:

@@ -134,19 +134,22 @@ CUPOOL_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_ad
 CUPOOL_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamAttachMemAsync);
-    if (cupool_active()) cupool_stream_work(hStream, 0);
+    cupool_work_t work = cupool_work_begin(hStream, 0);
     call.ptr = dptr;
     call.stream = hStream;
-    return cupool_call_end(&call, touched(real_cuStreamAttachMemAsync(hStream, dptr, length, flags), dptr, length));
+    CUresult r = real_cuStreamAttachMemAsync(hStream, dptr, length, flags);
+    cupool_work_end(&work);
+    return cupool_call_end(&call, touched(r, dptr, length));
 }
 
 CUPOOL_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length,
                                                    unsigned int flags)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamAttachMemAsync_ptsz);
-    if (cupool_active()) cupool_stream_work(hStream, 1);
+    cupool_work_t work = cupool_work_begin(hStream, 1);
     call.ptr = dptr;
     call.stream = hStream;
-    return cupool_call_end(&call,
-                           touched(real_cuStreamAttachMemAsync_ptsz(hStream, dptr, length, flags), dptr, length));
+    CUresult r = real_cuStreamAttachMemAsync_ptsz(hStream, dptr, length, flags);
+    cupool_work_end(&work);
+    return cupool_call_end(&call, touched(r, dptr, length));
 }

@@ -244,27 +244,30 @@ static CUresult own_alloc_done(cupool_call_t *call, CUresult r, const CUdevicept
 CUPOOL_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocAsync);
-    if (cupool_active()) cupool_stream_work(stream, 0);
+    cupool_work_t work = cupool_work_begin(stream, 0);
     CUresult r = real_cuMemAllocAsync(dptr, size, stream);
     if (trimmed_for(r)) r = real_cuMemAllocAsync(dptr, size, stream);
+    cupool_work_end(&work);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
 }
 
 CUPOOL_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocAsync_ptsz);
-    if (cupool_active()) cupool_stream_work(stream, 1);
+    cupool_work_t work = cupool_work_begin(stream, 1);
     CUresult r = real_cuMemAllocAsync_ptsz(dptr, size, stream);
     if (trimmed_for(r)) r = real_cuMemAllocAsync_ptsz(dptr, size, stream);
+    cupool_work_end(&work);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
 }
 
 CUPOOL_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocFromPoolAsync);
-    if (cupool_active()) cupool_stream_work(stream, 0);
+    cupool_work_t work = cupool_work_begin(stream, 0);
     CUresult r = real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
     if (trimmed_for(r)) r = real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
+    cupool_work_end(&work);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
 }
 
@@ -272,9 +275,10 @@ CUPOOL_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t si
                                                    CUstream stream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemAllocFromPoolAsync_ptsz);
-    if (cupool_active()) cupool_stream_work(stream, 1);
+    cupool_work_t work = cupool_work_begin(stream, 1);
     CUresult r = real_cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, stream);
     if (trimmed_for(r)) r = real_cuMemAllocFromPoolAsync_ptsz(dptr, size, pool, stream);
+    cupool_work_end(&work);
     return cupool_call_end(&call, own_alloc_done(&call, r, dptr, size, stream));
 }
 
@@ -313,13 +317,17 @@ static CUresult free_async(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr 
 CUPOOL_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync);
-    if (cupool_active()) cupool_stream_work(hStream, 0);
-    return cupool_call_end(&call, free_async(real_cuMemFreeAsync, dptr, hStream, &call));
+    cupool_work_t work = cupool_work_begin(hStream, 0);
+    CUresult r = free_async(real_cuMemFreeAsync, dptr, hStream, &call);
+    cupool_work_end(&work);
+    return cupool_call_end(&call, r);
 }
 
 CUPOOL_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuMemFreeAsync_ptsz);
-    if (cupool_active()) cupool_stream_work(hStream, 1);
-    return cupool_call_end(&call, free_async(real_cuMemFreeAsync_ptsz, dptr, hStream, &call));
+    cupool_work_t work = cupool_work_begin(hStream, 1);
+    CUresult r = free_async(real_cuMemFreeAsync_ptsz, dptr, hStream, &call);
+    cupool_work_end(&work);
+    return cupool_call_end(&call, r);
 }

@@ -44,7 +44,10 @@ CUPOOL_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     CUPOOL_SHIM_BEGIN(call, cuStreamDestroy_v2);
     call.stream = hStream;
-    if (hStream && cupool_active()) cupool_forget_stream(hStream);
+    if (hStream && cupool_active()) {
+        cupool_order_stream_destroyed(hStream);
+        cupool_forget_stream(hStream);
+    }
     CUresult r = real_cuStreamDestroy_v2(hStream);
     /* Destroyed while capturing: that capture is over (engine/capture.c). */
     if (r == CUDA_SUCCESS && hStream && atomic_load(&cupool_hot.captures) > 0) cupool_capture_take(hStream, NULL);
