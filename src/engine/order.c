@@ -23,13 +23,17 @@
  *
  * What a move costs is that it joins the two streams: a program that
  * alternates between streams on purpose (a copy stream beside a compute
- * stream) would lose their overlap.  So under CUPOOL_FREE=auto more than
- * MOVES_PER_SECOND moves within a second move the context to `deferred`
- * instead, whose fences need no order.  A move needs an event on the legacy
- * stream (left or joined), which a capture in progress forbids: under
- * `auto` the context then moves to `deferred` too (synchronizing once the
- * capture has ended); work given to a stream that is capturing is not run
- * now and needs nothing (the graph's launch is work of its own).
+ * stream, NCCL's streams beside the training stream) would lose their
+ * overlap.  Such a program moves the order at every step, where one that
+ * migrates (initialization on the legacy stream, training on its own
+ * stream, an evaluation now and then) moves it a few times in all.  So
+ * under CUPOOL_FREE=auto more than MOVES_MOST moves within MOVES_WINDOW_NS
+ * of the first of them move the context to `deferred` instead, whose
+ * fences need no order.  A move needs an event on the legacy stream (left
+ * or joined), which a capture in progress forbids: under `auto` the context
+ * then moves to `deferred` too (synchronizing once the capture has ended);
+ * work given to a stream that is capturing is not run now and needs
+ * nothing (the graph's launch is work of its own).
  *
  * Another thread may enqueue work on the stream left while the order moves
  * (it looked before the move and enqueued after the event).  So each work
@@ -44,8 +48,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* More moves than this within a second: under `auto`, `deferred`. */
-#define MOVES_PER_SECOND 64
+/* More moves than MOVES_MOST within MOVES_WINDOW_NS: under `auto`,
+ * `deferred`. */
+#define MOVES_MOST 16
+#define MOVES_WINDOW_NS (10 * 1000000000ull)
 
 static uint64_t now_ns(void)
 {
@@ -118,11 +124,11 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream)
      * order can follow. */
     if (to != CU_STREAM_LEGACY && !is_non_blocking(c, to)) return REFUSED;
     uint64_t now = now_ns();
-    if (now - c->moves_since_ns > 1000000000ull) {
+    if (!c->moves_recent || now - c->moves_since_ns > MOVES_WINDOW_NS) {
         c->moves_since_ns = now;
         c->moves_recent = 0;
     }
-    if (++c->moves_recent > MOVES_PER_SECOND && cupool_option(CUPOOL_OPT_FREE) == CUPOOL_FREE_AUTO) return REFUSED;
+    if (++c->moves_recent > MOVES_MOST && cupool_option(CUPOOL_OPT_FREE) == CUPOOL_FREE_AUTO) return REFUSED;
     if (!cupool_legacy_enter()) return REFUSED;
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     CUresult r = cupool_order_join(c, from, to);

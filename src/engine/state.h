@@ -119,8 +119,8 @@ struct cupool_context {
     CUevent order_event;                     /* recorded on the stream left, waited for by the next (c->lock) */
     CUstream *blocking;                      /* the program's blocking streams: with the legacy stream, one order */
     int nblocking, blocking_cap;
-    uint64_t moves_since_ns;                 /* the moves of the last second, for CUPOOL_FREE=auto's limit */
-    unsigned moves_recent;
+    uint64_t moves_since_ns;                 /* the first move of the window CUPOOL_FREE=auto's limit counts */
+    unsigned moves_recent;                   /* ... and the moves since */
     cupool_queue_t queue;
 } __attribute__((aligned(64)));
 
