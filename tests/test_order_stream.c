@@ -173,12 +173,6 @@ int main(int argc, char **argv)
      * host must fail. */
     static const char *const deferred_env[] = {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G",
                                                "SIMCUDA_RACES=count", NULL};
-    const char *args[] = {"--case", "one-stream", NULL};
-    tl_child_t c;
-    tl_run_self(args, deferred_env, 0, 60, &c);
-    int ok = c.status == 1; /* an expectation failed; not a crash, not a time-out */
-    if (!ok) tl_child_dump("one-stream, deferred", &c), failed++;
-    printf("control: one-stream with CUPOOL_FREE=deferred fails%s\n", ok ? ", as it must" : " NOT (FAILED)");
-    tl_child_free(&c);
+    failed += tl_control_fails("one-stream", deferred_env, "CUPOOL_FREE=deferred");
     return failed ? 1 : 0;
 }

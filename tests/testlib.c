@@ -431,6 +431,18 @@ const tl_case_t *tl_case_asked(const tl_case_t *cases, size_t ncases, int argc, 
     CHECK_FAIL("no case %s", argv[2]);
 }
 
+int tl_control_fails(const char *name, const char *const *env, const char *what)
+{
+    const char *args[] = {"--case", name, NULL};
+    tl_child_t c;
+    tl_run_self(args, env, 0, 60, &c);
+    int ok = c.status == 1;
+    if (!ok) tl_child_dump(name, &c);
+    printf("control: %s with %s fails%s\n", name, what, ok ? ", as it must" : " NOT (FAILED)");
+    tl_child_free(&c);
+    return !ok;
+}
+
 int tl_run_cases(const tl_case_t *cases, size_t ncases, const char *(*skip)(const tl_case_t *))
 {
     int failed = 0;

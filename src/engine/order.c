@@ -195,23 +195,13 @@ void cupool_stream_work_done(const cupool_work_t *w)
 
 /* The order of one context leaves `stream` if it is there (arg): back to
  * the legacy stream, after the stream's queued work (which still runs
- * after the destroy returns); where the legacy stream may not be touched,
- * the host waits for the stream instead. */
+ * after the destroy returns). */
 static int leave_stream(cupool_context_t *c, void *arg)
 {
     CUstream stream = arg;
     pthread_mutex_lock(&c->lock);
     if (atomic_load_explicit(&c->order, memory_order_relaxed) == stream) {
-        int pushed = cupool_enter_context(c->ctx);
-        CUstreamCaptureMode previous = cupool_relaxed_begin();
-        CUresult r = CUDA_ERROR_NOT_PERMITTED;
-        if (cupool_legacy_enter()) {
-            r = cupool_order_join(c, stream, CU_STREAM_LEGACY);
-            cupool_legacy_leave();
-        }
-        if (r != CUDA_SUCCESS) real_cuStreamSynchronize(stream);
-        cupool_relaxed_end(previous);
-        cupool_leave_context(pushed);
+        cupool_order_follow(c, stream, CU_STREAM_LEGACY);
         atomic_store_explicit(&c->order, CU_STREAM_LEGACY, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
         c->fences++;

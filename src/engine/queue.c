@@ -171,27 +171,29 @@ CUresult cupool_order_join(cupool_context_t *c, CUstream from, CUstream to)
     return r;
 }
 
+void cupool_order_follow(cupool_context_t *c, CUstream from, CUstream to)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    int pushed = cupool_enter_context(c->ctx);
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    CUresult r = CUDA_ERROR_NOT_PERMITTED;
+    if (cupool_legacy_enter()) {
+        r = cupool_order_join(c, from, to);
+        cupool_legacy_leave();
+    }
+    if (r != CUDA_SUCCESS && from != CU_STREAM_LEGACY && from != CU_STREAM_PER_THREAD) real_cuStreamSynchronize(from);
+    cupool_relaxed_end(previous);
+    cupool_leave_context(pushed);
+}
+
 /* Work or a pool call was enqueued on `stream` while the order stream
- * moved away from it: the order stream waits for it.  Where the legacy
- * stream may not be touched (a capture beginning or in progress) the host
- * waits for the stream instead; a program that itself gave the legacy
- * stream work meanwhile has already disturbed its capture. */
+ * moved away from it: the order stream follows it (a program that itself
+ * gave a default stream work during a capture has already disturbed the
+ * capture). */
 __attribute__((cold)) void cupool_order_rejoin(cupool_context_t *c, CUstream stream)
 {
     pthread_mutex_lock(&c->lock);
     CUstream order = atomic_load_explicit(&c->order, memory_order_relaxed);
-    if (stream != order) {
-        int pushed = cupool_enter_context(c->ctx);
-        CUstreamCaptureMode previous = cupool_relaxed_begin();
-        CUresult r = CUDA_ERROR_NOT_PERMITTED;
-        if (cupool_legacy_enter()) {
-            r = cupool_order_join(c, stream, order);
-            cupool_legacy_leave();
-        }
-        if (r != CUDA_SUCCESS && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
-            real_cuStreamSynchronize(stream);
-        cupool_relaxed_end(previous);
-        cupool_leave_context(pushed);
-    }
+    if (stream != order) cupool_order_follow(c, stream, order);
     pthread_mutex_unlock(&c->lock);
 }

@@ -184,6 +184,12 @@ void cupool_context_promote(cupool_context_t *c, int mode);
  * `from`, one wait on `to` (queue.c; c->lock held, c->ctx current, the
  * legacy gate entered when either is the legacy stream). */
 CUresult cupool_order_join(cupool_context_t *c, CUstream from, CUstream to);
+/* The same where a capture may forbid it: `to` waits for `from`, or where
+ * the legacy stream may not be touched now (a capture beginning or in
+ * progress) or the driver refuses, the host waits for `from` instead,
+ * unless it is a default stream (queue.c; c->lock held, the context
+ * entered for the calls). */
+void cupool_order_follow(cupool_context_t *c, CUstream from, CUstream to);
 /* An operation enqueued on `stream` after the order stream moved away from
  * it (order.c moves it): the order stream waits for it (queue.c; out of
  * line, cold). */
