@@ -108,7 +108,7 @@ enum move_result { MOVED, NOT_NEEDED, REFUSED };
  * possible (a capture forbids the legacy stream now, a stream of another
  * context, the driver failed) or too frequent under `auto`: the caller
  * moves the context out of `ordered`. */
-static enum move_result move_order(cupool_context_t *c, CUstream stream)
+static enum move_result move_order(cupool_context_t *c, CUstream stream, const char **why)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
     CUstream from = atomic_load_explicit(&c->order, memory_order_relaxed);
@@ -122,21 +122,25 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream)
     /* A stream cupool did not see created in this context (another
      * context's, whose pools and events are not these) is not one the
      * order can follow. */
+    *why = "work on a stream of another context";
     if (to != CU_STREAM_LEGACY && !is_non_blocking(c, to)) return REFUSED;
     uint64_t now = now_ns();
     if (!c->moves_recent || now - c->moves_since_ns > MOVES_WINDOW_NS) {
         c->moves_since_ns = now;
         c->moves_recent = 0;
     }
+    *why = "work on several streams by turns";
     if (++c->moves_recent > MOVES_MOST && cupool_option(CUPOOL_OPT_FREE) == CUPOOL_FREE_AUTO) return REFUSED;
+    *why = "work on another stream during a capture";
     if (!cupool_legacy_enter()) return REFUSED;
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     CUresult r = cupool_order_join(c, from, to);
     cupool_relaxed_end(previous);
     cupool_legacy_leave();
     if (r != CUDA_SUCCESS) {
-        cupool_message_once(CUPOOL_MSG_WARN, "cannot order stream %p after stream %p (%s); frees wait for fences",
-                            (void *)to, (void *)from, cupool_result_name(r));
+        cupool_message_once(CUPOOL_MSG_WARN, "cannot order stream %p after stream %p (%s)", (void *)to, (void *)from,
+                            cupool_result_name(r));
+        *why = "an event the driver refused";
         return REFUSED;
     }
     atomic_store_explicit(&c->order, to, memory_order_relaxed);
@@ -147,18 +151,16 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream)
     return MOVED;
 }
 
-/* Under `auto`, out of `ordered` (outside c->lock: the registry's lock
- * comes first). */
-static void refused(cupool_context_t *c)
+/* A move refused, for the reason `why`: under `auto`, out of `ordered`
+ * (outside c->lock: the registry's lock comes first); a forced `ordered`
+ * can only say so. */
+static void refused(cupool_context_t *c, const char *why)
 {
     if (cupool_option(CUPOOL_OPT_FREE) != CUPOOL_FREE_AUTO) {
-        cupool_message_once(CUPOOL_MSG_WARN, "CUPOOL_FREE=ordered: work on a stream the order stream cannot move to "
-                                             "now (a capture in progress, or a stream of another context) is not "
-                                             "ordered after earlier frees");
+        cupool_message_once(CUPOOL_MSG_WARN, "CUPOOL_FREE=ordered: %s is not ordered after earlier frees", why);
         return;
     }
-    cupool_message(CUPOOL_MSG_INFO, "context %p: work on several streams by turns; frees wait for fences",
-                   (void *)c->ctx);
+    cupool_message(CUPOOL_MSG_INFO, "context %p: %s; frees wait for fences", (void *)c->ctx, why);
     cupool_context_promote(c, CUPOOL_FREE_DEFERRED);
 }
 
@@ -174,13 +176,14 @@ cupool_work_t cupool_stream_work(CUstream stream, int per_thread)
     CUstream order = atomic_load_explicit(&c->order, memory_order_relaxed);
     /* The common case, work on the order stream itself: two loads. */
     if (CUPOOL_LIKELY(w.stream == order)) return w;
-    if (order == CU_STREAM_LEGACY && (w.stream == CU_STREAM_PER_THREAD)) return w;
+    if (order == CU_STREAM_LEGACY && w.stream == CU_STREAM_PER_THREAD) return w;
+    const char *why = NULL;
     pthread_mutex_lock(&c->lock);
-    enum move_result m = move_order(c, w.stream);
+    enum move_result m = move_order(c, w.stream, &why);
     w.moves = atomic_load_explicit(&c->order_moves, memory_order_acquire);
     pthread_mutex_unlock(&c->lock);
     if (m == REFUSED) {
-        refused(c);
+        refused(c, why);
         w.context = NULL;
     }
     return w;
