@@ -15,12 +15,14 @@
  * its control, the same program with CUPOOL_FREE=deferred, holds them while
  * their fences are pending and must fail.  moves and destroyed move the
  * order between the legacy, blocking and non-blocking streams and destroy
- * the order stream with its work queued; by-turns alternates two streams.
+ * the order stream with its work queued; threads move it from four
+ * threads at once; by-turns alternates two streams.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
 
 #define BLOCK (64ull << 20)
@@ -126,6 +128,44 @@ static int destroyed(void)
     return 0;
 }
 
+/* Threads, each giving work to a stream of its own while the others move
+ * the order away (a forced `ordered` moves it at every launch): a launch
+ * or a pool call that missed a move is joined to the new order stream.
+ * threads-late makes every memset wait 300 us in the driver before it
+ * enqueues, so that other threads move the order between cupool's look at
+ * the call and the enqueue. */
+#define THREADS 4
+static void *one_thread(void *arg)
+{
+    CUcontext ctx = arg;
+    CHECK_CU(cuCtxSetCurrent(ctx));
+    CUstream s;
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < 300; i++) {
+        CUdeviceptr b;
+        size_t size = (size_t)(1 + i % 5) << 16;
+        CHECK_CU(cuMemAlloc(&b, size));
+        CHECK_CU(cuMemsetD32Async(b, (unsigned)i, size / 4, s));
+        CHECK_CU(cuMemFree(b));
+    }
+    CHECK_CU(cuStreamSynchronize(s));
+    CHECK_CU(cuStreamDestroy(s));
+    return NULL;
+}
+
+static int threads(void)
+{
+    CUcontext ctx = tl_init(0);
+    find_races();
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) CHECK_TRUE(pthread_create(&t[i], NULL, one_thread, ctx) == 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    CHECK_CU(cuCtxSynchronize());
+    printf("threads: races %lld\n", races());
+    CHECK_EQ(races(), 0);
+    return 0;
+}
+
 /* Two streams given work by turns, faster than the order may move: the
  * context goes to `deferred`, and stays correct. */
 static int by_turns(void)
@@ -157,6 +197,8 @@ static const tl_case_t cases[] = {
      "moves of the order stream to the stream given work 2"},
     {"moves", moves, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", NULL}, 1, NULL},
     {"moves-ordered", moves, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", NULL}, 1, NULL},
+    {"threads", threads, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", NULL}, 1, NULL},
+    {"threads-late", threads, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", "SIMCUDA_ENQUEUE_US=300", NULL}, 1, NULL},
     {"destroyed", destroyed, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", "SIMCUDA_EVENT_DELAY=1000000", NULL}, 1, NULL},
     {"by-turns", by_turns, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", "CUPOOL_VERBOSE=1", NULL}, 1,
      "work on several streams by turns; frees wait for fences"},

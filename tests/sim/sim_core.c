@@ -195,6 +195,7 @@ static void read_environment(void)
     sim.no_pools = env_size("SIMCUDA_NO_POOLS", 0) != 0;
     sim.no_ctx_record_event = env_size("SIMCUDA_NO_CTX_RECORD_EVENT", 0) != 0;
     sim.pool_call_us = (unsigned)env_size("SIMCUDA_POOL_CALL_US", 0);
+    sim.enqueue_us = (unsigned)env_size("SIMCUDA_ENQUEUE_US", 0);
     sim.trim_ms = (unsigned)env_size("SIMCUDA_TRIM_MS", 0);
     sim.trim_observed = env_size("SIMCUDA_TRIM_OBSERVED", 0) != 0;
     sim.host_cap[0] = (size_t)env_size("SIMCUDA_HOST_MEM", SIZE_MAX);
