@@ -460,9 +460,9 @@ What cupool costs, by design (the free modes of its design, "Allocation semantic
   waits for its own size, so when the GPU runs far behind the CPU the pool
   holds more memory than a stream-ordered allocator would: that shows as
   peak memory.
-- **`ordered`** (what `auto` uses until the program creates a non-blocking
-  stream) issues the same two calls as a stream-ordered allocator on the legacy
-  stream; its cost over the bare calls is cupool's bookkeeping: the context
+- **`ordered`** (what `auto` uses unless the program gives streams work by
+  turns at every step) issues the same two calls as a stream-ordered
+  allocator on its order stream, the stream the work runs on; its cost over the bare calls is cupool's bookkeeping: the context
   lookup (`cuCtxGetCurrent`), the pointer-origin hash table, the statistics
   counters - tens of nanoseconds. With several threads of a context calling
   at once, their calls go through its driver queue: the thread in front makes
@@ -470,7 +470,8 @@ What cupool costs, by design (the free modes of its design, "Allocation semantic
   cache, so cupool's pair there takes less than each thread's bare calls
   (`CUPOOL_DRIVER_QUEUE`; off under a CUDA tool).
 - **`auto`** switches a context from `ordered` to `deferred` once, with one
-  `cuCtxSynchronize`, when the program creates its first non-blocking stream.
+  `cuCtxSynchronize`, when its order stream would move more than 16 times
+  within 10 s (streams given work by turns).
 - **First use of a size**: the pool grows by mapping new physical memory, as
   expensive as a native allocation; with the default unlimited release
   threshold that memory then stays in the pool. Large sizes with many threads

@@ -2,16 +2,17 @@
 /*
  * The registry of contexts and their free modes (cupool_context_t,
  * state.h).  The free mode of a context decides how a free is ordered
- * against work that may still use the block (DESIGN.md, "Allocation
- * semantics"): `ordered` puts alloc and free on the legacy stream,
- * `deferred` hands a block back only once events recorded on every stream
- * that could use it have completed, `sync` waits for the whole context.
- * Under CUPOOL_FREE=auto a context starts `ordered` and is moved,
- * synchronizing once, the moment the program does something that would
- * make `ordered` wrong: a non-blocking stream (to `deferred`), a second
- * context on the device or peer access (to `sync`), all three here.  The
- * context and peer-access shims (shims/context.c) and the stream shims
- * (shims/stream.c) watch for exactly those things and tell the registry;
+ * against work that may still use the block (docs/DESIGN.md, "Free
+ * modes"): `ordered` puts alloc and free on the context's order stream
+ * (order.c), `deferred` hands a block back only once events recorded on
+ * every stream that could use it have completed, `sync` waits for the
+ * whole context.  Under CUPOOL_FREE=auto a context starts `ordered` and is
+ * moved, synchronizing once, the moment the program does something
+ * `ordered` cannot follow: streams given work by turns (to `deferred`,
+ * decided by order.c), a second context on the device or peer access (to
+ * `sync`, decided here).  The context and peer-access shims
+ * (shims/context.c) and the stream shims (shims/stream.c) tell the
+ * registry of those things;
  * the free subsystem (free/free_modes.c and the files it dispatches to)
  * carries the frees out.  Here too: a thread's context cache, what the
  * shims read of a context, and the registry's report for the live

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Stream and capture shims.  cupool needs to know of every non-blocking
- * stream (deferred frees wait for them, and the first one moves an `auto`
- * context out of `ordered`) and of every stream capture in progress (during
- * one, neither the legacy stream nor a context-wide synchronization may be
- * used, and cupool's own driver calls run in relaxed capture mode).
+ * Stream and capture shims.  cupool needs to know of every stream the
+ * program creates (`deferred`'s fences wait for the non-blocking ones;
+ * the blocking ones share the legacy stream's order, src/engine/order.c),
+ * of a stream destroyed (the order stream leaves it first), and of every
+ * stream capture in progress (during one, neither the legacy stream nor a
+ * context-wide synchronization may be used, and cupool's own driver calls
+ * run in relaxed capture mode).
  */
 #include "../engine/engine.h"
 

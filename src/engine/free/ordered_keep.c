@@ -12,17 +12,21 @@
 #include <time.h>
 
 /* ---- ordered reuse ----------------------------------------------------------
- * An `ordered` allocation and free cost two pool calls on the legacy
+ * An `ordered` allocation and free cost two pool calls on the order
  * stream, and PyTorch makes hundreds of pairs in a training step, a few
  * percent of it (docs/DESIGN.md, "Measured costs behind the code").  A
  * freed block need not leave cupool's hands to serve the context's next
- * allocation of its size: what that needs is order, not
- * completion.  `ordered` holds while every user of the context's memory is
- * on the legacy, a blocking or a per-thread stream; an operation on the
- * legacy stream waits for all the work they were given before it, and all
- * the work they are given after it waits for it.  So once one operation has
- * been enqueued on the legacy stream after a free, whatever the program
- * enqueues later runs after every use of the block made before the free.
+ * allocation of its size: what that needs is order, not completion.  All
+ * the work the program enqueued is ordered before the order stream's last
+ * operation (order.c keeps it so).  With the legacy stream as the order
+ * stream, the blocking and per-thread streams share its order: an
+ * operation on the legacy stream waits for all the work they were given
+ * before it, and all the work they are given after it waits for it.  So
+ * once one operation has been enqueued on the legacy stream after a free,
+ * whatever the program enqueues later runs after every use of the block
+ * made before the free; a non-blocking order stream needs no such
+ * operation (every other stream joins it before its work), and a move of
+ * the order counts as one.
  *
  * A free in `ordered` therefore puts the block in the context's ready
  * store, noting the count of such operations it must see pass
@@ -30,7 +34,7 @@
  * block of that size, first recording an event on the legacy stream (an
  * ordered fence, cheaper than a pool call) when none has been recorded
  * since that block's free: one fence serves every block freed before it.  A block the store
- * hands back to its pool goes on the legacy stream, as `ordered` frees.  A
+ * hands back to its pool goes on the order stream, as `ordered` frees.  A
  * synchronization of the context (the move out of `ordered`, teardown)
  * completes every user of the blocks kept before it began (numbered in
  * c->kept, their `kept`): those then serve `deferred` as well.  The
