@@ -14,6 +14,9 @@
                     non-blocking streams)
   cupool-auto-log   as cupool-auto with CUPOOL_LOG to a file (1 thread), also
                     paired with bare-ordered
+  cupool-auto-nolive  as cupool-auto with CUPOOL_LIVE=0 (1 thread): no live
+                    statistics page and no thread writing it, also paired
+                    with bare-ordered
 
 One pair costs about a microsecond, and where a process's code and data land
 (address-space layout, the GPU's state) moves that by tenths of a
@@ -31,10 +34,12 @@ process), so it too is read against the bare calls each process timed: in
 each round, (cupool-auto-log / its bare) - (cupool-auto / its bare), times
 cupool-auto's bare time; the figure is the median over the rounds.  A
 process that runs slow as a whole then moves its cupool and bare rounds
-alike and the difference keeps only what the log adds.
+alike and the difference keeps only what the log adds.  The live page's
+cost is read the same way, cupool-auto (the page on, the default) against
+cupool-auto-nolive.
 
 Targets: cupool-MODE / bare-MODE <= 1.10; native / cupool-auto >= 50 at
-1 MiB, 1 thread; log on - log off <= 0.5 us.
+1 MiB, 1 thread; log on - log off <= 0.5 us; live page on - off <= 0.05 us.
 """
 
 import argparse
@@ -89,21 +94,22 @@ def main():
     common = ["-s", args.sizes, "-t", args.threads, "-T", str(args.target_time), "-r", str(args.reps),
               "-c", args.cap]
 
-    runs = [("native", "api", None, None, common)]
-    runs += [("cupool-" + m, "api", m, None, ["-p", BARE_OF[m]] + common) for m in MODES]
+    runs = [("native", "api", None, None, common, {})]
+    runs += [("cupool-" + m, "api", m, None, ["-p", BARE_OF[m]] + common, {}) for m in MODES]
     log_common = ["-s", args.log_sizes or args.sizes, "-t", "1", "-T", str(args.target_time),
                   "-r", str(args.reps), "-c", args.cap]
-    runs += [("cupool-auto-log", "api", "auto", args.log_file, ["-p", BARE_OF["auto"]] + log_common)]
+    runs += [("cupool-auto-log", "api", "auto", args.log_file, ["-p", BARE_OF["auto"]] + log_common, {})]
+    runs += [("cupool-auto-nolive", "api", "auto", None, ["-p", BARE_OF["auto"]] + log_common, {"CUPOOL_LIVE": "0"})]
 
     errors, rows, notes = [], [], []
     schedule = [(k, run) for k in range(max(1, args.rounds)) for run in runs]
-    for round_no, (label, mode, free, log_path, opts) in schedule:
+    for round_no, (label, mode, free, log_path, opts, extra_env) in schedule:
         path = os.path.join(csvdir, "%s.round%d.csv" % (label, round_no + 1))
         if os.path.exists(path):
             os.unlink(path)
         cmd = [args.bin, "-m", mode, "-l", label, "-o", path] + opts
         if free:
-            env = B.clean_env({"CUPOOL_LIBRARY": lib})
+            env = B.clean_env(dict({"CUPOOL_LIBRARY": lib}, **extra_env))
             cmd = B.cupool_prefix(args.cupool, free=free, log_path=log_path) + cmd
         else:
             env = B.clean_env()
@@ -155,14 +161,15 @@ def main():
     def paired_ratio(m, s, t):
         return B.median(round_ratio("cupool-" + m, BARE_OF[m], s, t, k) for k in rounds)
 
-    def log_delta(s, t):
+    def delta(more, less, s, t):
+        """What run `more` costs a pair beyond run `less`, each against its own bare calls."""
         deltas = []
         for k in rounds:
-            with_log = round_ratio("cupool-auto-log", BARE_OF["auto"], s, t, k)
-            without = round_ratio("cupool-auto", BARE_OF["auto"], s, t, k)
+            with_it = round_ratio(more, BARE_OF["auto"], s, t, k)
+            without = round_ratio(less, BARE_OF["auto"], s, t, k)
             bare = per_round.get(("cupool-auto:" + BARE_OF["auto"], s, t, k))
-            if with_log is not None and without is not None and bare:
-                deltas.append((with_log - without) * bare)
+            if with_it is not None and without is not None and bare:
+                deltas.append((with_it - without) * bare)
         return B.median(deltas)
     rounds_done = max([r["round"] for r in rows] or [0])
     sizes = sorted({r["size"] for r in rows})
@@ -178,7 +185,8 @@ def main():
                 row["ratio-" + m] = paired_ratio(m, s, t)
             row["native/cupool"] = B.ratio(row["native"], row["cupool-auto"])
             row["cupool-auto-log"] = by.get(("cupool-auto-log", s, t))
-            row["log-delta"] = log_delta(s, t)
+            row["log-delta"] = delta("cupool-auto-log", "cupool-auto", s, t)
+            row["live-delta"] = delta("cupool-auto", "cupool-auto-nolive", s, t)
             summary.append(row)
 
     print("\nalloc_bench: microseconds per cuMemAlloc + cuMemFree pair (lowest median of %d rounds), and ratios "
@@ -188,7 +196,7 @@ def main():
                       ("bare-deferred", "bare-def"), ("cupool-deferred", "cp-def"), ("ratio-deferred", "cp/bare"),
                       ("bare-sync", "bare-sync"), ("cupool-sync", "cp-sync"), ("ratio-sync", "cp/bare"),
                       ("bare-auto", "bare-ord'"), ("cupool-auto", "cp-auto"), ("ratio-auto", "auto/bare-ord"),
-                      ("native/cupool", "native/cp-auto"), ("log-delta", "log +us")])
+                      ("native/cupool", "native/cp-auto"), ("log-delta", "log +us"), ("live-delta", "live +us")])
 
     targets = []
     for m in MODES:
@@ -213,6 +221,10 @@ def main():
     worst = max(deltas) if deltas else (None, "")
     targets.append(B.target("alloc: CUPOOL_LOG on - off per pair, 1 thread (worst size)", worst[0], "<=", 0.5,
                             " us", "worst at %s" % worst[1] if deltas else ""))
+    live = [(r["live-delta"], r["size"]) for r in summary if r["threads"] == 1 and r["live-delta"] is not None]
+    worst = max(live) if live else (None, "")
+    targets.append(B.target("alloc: CUPOOL_LIVE on - off per pair, 1 thread (worst size)", worst[0], "<=", 0.05,
+                            " us", "worst at %s" % worst[1] if live else ""))
     print()
     B.print_targets(targets)
     for e in errors:
