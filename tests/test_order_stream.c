@@ -16,7 +16,8 @@
  * their fences are pending and must fail.  moves and destroyed move the
  * order between the legacy, blocking and non-blocking streams and destroy
  * the order stream with its work queued; threads move it from four
- * threads at once; by-turns alternates two streams.
+ * threads at once; capture-moves moves it during a capture; by-turns
+ * alternates two streams.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -166,6 +167,46 @@ static int threads(void)
     return 0;
 }
 
+/* A block the order stream reused just before a capture began, given work
+ * during it on another non-blocking stream (a move that needs no legacy
+ * stream) and on a blocking stream (a move to the legacy stream's order,
+ * the host waiting for the stream left): both follow the block's last use. */
+static void reuse_then(CUstream from, CUstream to, CUstream capture)
+{
+    CUdeviceptr a, b;
+    CHECK_CU(cuMemAlloc(&a, 1 << 20));
+    CHECK_CU(cuMemsetD32Async(a, 1, (1 << 20) / 4, from));
+    CHECK_CU(cuMemFree(a));
+    CHECK_CU(cuMemAlloc(&b, 1 << 20)); /* a again, in the order of `from` */
+    CHECK_CU(cuStreamBeginCapture_v2(capture, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK_CU(cuMemsetD32Async(b, 2, (1 << 20) / 4, to));
+    CUgraph graph;
+    CHECK_CU(cuStreamEndCapture(capture, &graph));
+    CHECK_CU(cuGraphDestroy(graph));
+    CHECK_CU(cuMemFree(b));
+}
+
+static int capture_moves(void)
+{
+    tl_init(0);
+    find_races();
+    CUstream s1, s2, blocking, capture;
+    CHECK_CU(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+    CHECK_CU(cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING));
+    reuse_then(s1, s2, capture);
+    reuse_then(s2, blocking, capture);
+    CHECK_CU(cuCtxSynchronize());
+    printf("capture-moves: races %lld\n", races());
+    CHECK_EQ(races(), 0);
+    CHECK_CU(cuStreamDestroy(s1));
+    CHECK_CU(cuStreamDestroy(s2));
+    CHECK_CU(cuStreamDestroy(blocking));
+    CHECK_CU(cuStreamDestroy(capture));
+    return 0;
+}
+
 /* Two streams given work by turns, faster than the order may move: the
  * context goes to `deferred`, and stays correct. */
 static int by_turns(void)
@@ -198,6 +239,8 @@ static const tl_case_t cases[] = {
     {"moves", moves, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", NULL}, 1, NULL},
     {"moves-ordered", moves, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", NULL}, 1, NULL},
     {"threads", threads, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", NULL}, 1, NULL},
+    {"capture-moves", capture_moves, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", NULL}, 1, NULL},
+    {"capture-moves-auto", capture_moves, {"SIMCUDA_RACES=count", "CUPOOL_FREE=auto", "CUPOOL_VERBOSE=1", NULL}, 1, NULL},
     {"threads-late", threads, {"SIMCUDA_RACES=count", "CUPOOL_FREE=ordered", "SIMCUDA_ENQUEUE_US=300", NULL}, 1, NULL},
     {"destroyed", destroyed, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", "SIMCUDA_EVENT_DELAY=1000000", NULL}, 1, NULL},
     {"by-turns", by_turns, {"CUPOOL_FREE=auto", "SIMCUDA_RACES=count", "CUPOOL_VERBOSE=1", NULL}, 1,

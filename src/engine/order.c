@@ -100,6 +100,13 @@ static CUstream canonical(CUstream stream, int per_thread)
 
 /* ---- moving the order -------------------------------------------------------- */
 
+/* Whether `stream` is capturing: its work is recorded, not run. */
+static int is_capturing(CUstream stream)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return real_cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 enum move_result { MOVED, NOT_NEEDED, REFUSED };
 
 /* Moves the order to `stream` (or to the legacy stream, for one of its
@@ -113,11 +120,7 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream, const c
     CUPOOL_ASSERT_HELD(&c->lock);
     CUstream from = atomic_load_explicit(&c->order, memory_order_relaxed);
     if (same_order(c, stream, from)) return NOT_NEEDED;
-    if (cupool_capturing()) {
-        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-        if (real_cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE)
-            return NOT_NEEDED;
-    }
+    if (cupool_capturing() && is_capturing(stream)) return NOT_NEEDED;
     CUstream to = same_order(c, stream, CU_STREAM_LEGACY) ? CU_STREAM_LEGACY : stream;
     /* A stream cupool did not see created in this context (another
      * context's, whose pools and events are not these) is not one the
@@ -131,12 +134,22 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream, const c
     }
     *why = "work on several streams by turns";
     if (++c->moves_recent > MOVES_MOST && cupool_option(CUPOOL_OPT_FREE) == CUPOOL_FREE_AUTO) return REFUSED;
+    /* During a capture: an order stream that is capturing cannot be
+     * joined (its event would be part of the graph).  Only a move that
+     * touches the legacy stream needs the capture gate; where the gate is
+     * shut and the order leaves a stream of its own for the legacy
+     * stream's order, the host waits for that stream instead, and the
+     * other way nothing can put the new stream after the legacy stream's
+     * work now. */
     *why = "work on another stream during a capture";
-    if (!cupool_legacy_enter()) return REFUSED;
+    if (cupool_capturing() && is_capturing(from)) return REFUSED;
+    int legacy = from == CU_STREAM_LEGACY || to == CU_STREAM_LEGACY;
+    int gated = legacy && cupool_legacy_enter();
+    if (legacy && !gated && from == CU_STREAM_LEGACY) return REFUSED;
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    CUresult r = cupool_order_join(c, from, to);
+    CUresult r = legacy && !gated ? real_cuStreamSynchronize(from) : cupool_order_join(c, from, to);
     cupool_relaxed_end(previous);
-    cupool_legacy_leave();
+    if (gated) cupool_legacy_leave();
     if (r != CUDA_SUCCESS) {
         cupool_message_once(CUPOOL_MSG_WARN, "cannot order stream %p after stream %p (%s)", (void *)to, (void *)from,
                             cupool_result_name(r));
