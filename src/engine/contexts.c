@@ -47,13 +47,20 @@ static void promote(cupool_context_t *c, int mode)
     CUPOOL_ASSERT_HELD(&cupool_registry_lock);
     int old = atomic_load(&c->mode);
     if (configured_mode() != CUPOOL_FREE_AUTO || old >= mode) return;
-    /* A context-wide synchronization would invalidate a capture in progress:
-     * it then waits for the capture to end (cupool_reclaim). */
+    /* The mode first, then the synchronization.  Until it is done, work
+     * given to any stream, and an `ordered` allocation another thread was
+     * making as the mode moved, waits on the host for the order stream
+     * instead of following it in stream order (c->leaving, order.c and
+     * cupool_ordered_alloc): nothing given after the move runs before what
+     * the order stream held.  A context-wide synchronization would
+     * invalidate a capture in progress: it then waits for the capture to
+     * end (cupool_reclaim). */
+    if (old == CUPOOL_FREE_ORDERED) atomic_store(&c->leaving, 1);
+    atomic_store(&c->mode, mode);
     if (old == CUPOOL_FREE_ORDERED) {
         if (atomic_load(&cupool_hot.captures) > 0) CUPOOL_HINT_WRITE(c->sync_due, 1);
         else cupool_ordered_leave(c);
     }
-    atomic_store(&c->mode, mode);
     /* `sync` keeps no freed blocks; `deferred` keeps those `ordered` kept,
      * their users done once the switch has synchronized. */
     if (mode == CUPOOL_FREE_SYNC) cupool_ready_return_all(c);

@@ -181,8 +181,13 @@ cupool_work_t cupool_stream_work(CUstream stream, int per_thread)
 {
     cupool_work_t w = {0};
     cupool_context_t *c = cupool_current_context();
-    if (!c || !c->private_stream || atomic_load_explicit(&c->mode, memory_order_relaxed) != CUPOOL_FREE_ORDERED)
+    if (!c || !c->private_stream) return w;
+    if (atomic_load_explicit(&c->mode, memory_order_acquire) != CUPOOL_FREE_ORDERED) {
+        /* Just out of `ordered`, its synchronization not yet done: the
+         * host waits for the order stream before this work is given. */
+        if (CUPOOL_UNLIKELY(atomic_load(&c->leaving))) cupool_order_settle(c);
         return w;
+    }
     w.context = c;
     w.stream = canonical(stream, per_thread);
     w.moves = atomic_load_explicit(&c->order_moves, memory_order_acquire);

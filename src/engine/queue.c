@@ -197,3 +197,19 @@ __attribute__((cold)) void cupool_order_rejoin(cupool_context_t *c, CUstream str
     if (stream != order) cupool_order_follow(c, stream, order);
     pthread_mutex_unlock(&c->lock);
 }
+
+__attribute__((cold)) void cupool_order_settle(cupool_context_t *c)
+{
+    CUstream order = atomic_load_explicit(&c->order, memory_order_relaxed);
+    int pushed = cupool_enter_context(c->ctx);
+    CUstreamCaptureMode previous = cupool_relaxed_begin();
+    /* The legacy stream only outside a capture; during one the context's
+     * synchronization after it (c->sync_due) completes the block. */
+    int legacy = order == CU_STREAM_LEGACY;
+    if (!legacy || cupool_legacy_enter()) {
+        real_cuStreamSynchronize(order);
+        if (legacy) cupool_legacy_leave();
+    }
+    cupool_relaxed_end(previous);
+    cupool_leave_context(pushed);
+}

@@ -116,6 +116,7 @@ struct cupool_context {
      * program; read by every launch, written only when it moves. */
     _Atomic(CUstream) order;
     atomic_uint order_moves;                 /* how many times it moved (a launch compares before and after) */
+    atomic_int leaving;                      /* out of `ordered`, the synchronization not yet done (order.c) */
     CUevent order_event;                     /* recorded on the stream left, waited for by the next (c->lock) */
     CUstream *blocking;                      /* the program's blocking streams: with the legacy stream, one order */
     int nblocking, blocking_cap;
@@ -190,6 +191,10 @@ CUresult cupool_order_join(cupool_context_t *c, CUstream from, CUstream to);
  * unless it is a default stream (queue.c; c->lock held, the context
  * entered for the calls). */
 void cupool_order_follow(cupool_context_t *c, CUstream from, CUstream to);
+/* The host waits for the order stream (queue.c; out of line, cold): for an
+ * `ordered` allocation made while the context left `ordered`, and for work
+ * given before the synchronization of that move is done. */
+void cupool_order_settle(cupool_context_t *c);
 /* An operation enqueued on `stream` after the order stream moved away from
  * it (order.c moves it): the order stream waits for it (queue.c; out of
  * line, cold). */

@@ -23,6 +23,7 @@
  * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
  * meanwhile. */
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
+static inline CUresult ordered_alloc_made(cupool_context_t *c, CUresult r);
 /* An `ordered` allocation: a block the context freed earlier, else one
  * from the pool on the order stream; CUPOOL_CAPTURE_IN_PROGRESS when a
  * capture keeps it off the program's streams. */
@@ -31,10 +32,21 @@ static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool po
     /* An empty store costs one look at the context's first line, no call. */
     if (CUPOOL_HINT_READ(c->ready_oldest)) {
         CUresult r = cupool_ordered_reuse(c, size, dptr);
-        if (r != CUDA_ERROR_NOT_FOUND) return r;
+        if (r != CUDA_ERROR_NOT_FOUND) return ordered_alloc_made(c, r);
     }
-    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return cupool_queue_call(c, pool, dptr, size);
-    return cupool_order_pool_call(c, pool, dptr, size);
+    if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return ordered_alloc_made(c, cupool_queue_call(c, pool, dptr, size));
+    return ordered_alloc_made(c, cupool_order_pool_call(c, pool, dptr, size));
+}
+/* The context left `ordered` while the allocation was made (another
+ * thread's work moved it to `deferred`, whose other streams no longer
+ * follow the order stream): the block is made complete before the program
+ * has it (cupool_order_settle, queue.c). */
+static inline CUresult ordered_alloc_made(cupool_context_t *c, CUresult r)
+{
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&c->mode, memory_order_acquire) != CUPOOL_FREE_ORDERED) &&
+        r == CUDA_SUCCESS)
+        cupool_order_settle(c);
+    return r;
 }
 /* An `ordered` free on the order stream, through the driver queue when
  * the context wants it (out of line, cupool_queue_free: the caller's frame

@@ -193,6 +193,7 @@ void cupool_ordered_leave(cupool_context_t *c)
     cupool_relaxed_end(previous);
     cupool_leave_context(pushed);
     CUPOOL_HINT_WRITE(c->sync_due, 0);
+    atomic_store(&c->leaving, 0);
     if (r == CUDA_SUCCESS) kept_synchronized(c, kept);
     if (r != CUDA_SUCCESS)
         cupool_message(CUPOOL_MSG_WARN, "synchronizing context %p to leave ordered mode failed: %s", (void *)c->ctx,
