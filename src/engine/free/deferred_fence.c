@@ -353,7 +353,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
 static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t size)
 {
     CUPOOL_ASSERT_NOT_HELD(&c->lock);
-    if (CUPOOL_UNLIKELY(c->sync_due) && atomic_load(&cupool_hot.captures) == 0) cupool_ordered_leave(c);
+    if (CUPOOL_UNLIKELY(CUPOOL_HINT_READ(c->sync_due)) && atomic_load(&cupool_hot.captures) == 0) cupool_ordered_leave(c);
     /* Ready blocks alone matter to a taker, and to a wait for everything
      * (which empties the store too).  Batches whose blocks are back in their
      * pools already (CUPOOL_DEFERRED_ORDER=gpu) only count bytes, which the
