@@ -308,6 +308,17 @@ static int grow(CUstream **list, int *cap, int n)
     return 1;
 }
 
+/* Takes `stream` out of a list of n streams; 1 when it was there. */
+static int unlist(CUstream *list, int *n, CUstream stream)
+{
+    for (int i = 0; i < *n; i++) {
+        if (list[i] != stream) continue;
+        list[i] = list[--*n];
+        return 1;
+    }
+    return 0;
+}
+
 void cupool_track_stream(CUstream stream, unsigned flags)
 {
     if (!cupool_active()) return;
@@ -342,19 +353,10 @@ void cupool_forget_stream(CUstream stream)
     pthread_mutex_lock(&cupool_registry_lock);
     for (cupool_context_t *c = cupool_contexts; c; c = c->next) {
         pthread_mutex_lock(&c->lock);
-        for (int i = 0; i < c->nblocking; i++) {
-            if (c->blocking[i] != stream) continue;
-            c->blocking[i] = c->blocking[--c->nblocking];
-            break;
-        }
-        for (int i = 0; i < c->nstreams; i++) {
-            if (c->streams[i] != stream) continue;
-            c->streams[i] = c->streams[--c->nstreams];
-            /* Its remaining work may still use blocks freed in deferred
-             * mode, before or after this, which will no longer wait on it. */
-            cupool_deferred_stream_destroyed(c, stream);
-            break;
-        }
+        unlist(c->blocking, &c->nblocking, stream);
+        /* Its remaining work may still use blocks freed in deferred mode,
+         * before or after this, which will no longer wait on it. */
+        if (unlist(c->streams, &c->nstreams, stream)) cupool_deferred_stream_destroyed(c, stream);
         pthread_mutex_unlock(&c->lock);
     }
     pthread_mutex_unlock(&cupool_registry_lock);

@@ -45,30 +45,26 @@
  */
 #include "state.h"
 
-#include <stdlib.h>
-#include <time.h>
 
 /* More moves than MOVES_MOST within MOVES_WINDOW_NS: under `auto`,
  * `deferred`. */
 #define MOVES_MOST 16
 #define MOVES_WINDOW_NS (10 * 1000000000ull)
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- which streams share the legacy stream's order --------------------------- */
+
+static int listed(const CUstream *list, int n, CUstream stream)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == stream) return 1;
+    return 0;
+}
 
 /* Streams the program created without CU_STREAM_NON_BLOCKING: c->lock held. */
 static int is_blocking(const cupool_context_t *c, CUstream stream)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
-    for (int i = 0; i < c->nblocking; i++)
-        if (c->blocking[i] == stream) return 1;
-    return 0;
+    return listed(c->blocking, c->nblocking, stream);
 }
 
 /* Non-blocking streams the program created in this context (the list
@@ -76,9 +72,7 @@ static int is_blocking(const cupool_context_t *c, CUstream stream)
 static int is_non_blocking(const cupool_context_t *c, CUstream stream)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
-    for (int i = 0; i < c->nstreams; i++)
-        if (c->streams[i] == stream) return 1;
-    return 0;
+    return listed(c->streams, c->nstreams, stream);
 }
 
 /* Whether work on `stream` is ordered with the order stream `order` by the
@@ -127,7 +121,7 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream, const c
      * order can follow. */
     *why = "work on a stream of another context";
     if (to != CU_STREAM_LEGACY && !is_non_blocking(c, to)) return REFUSED;
-    uint64_t now = now_ns();
+    uint64_t now = cupool_now_ns();
     if (!c->moves_recent || now - c->moves_since_ns > MOVES_WINDOW_NS) {
         c->moves_since_ns = now;
         c->moves_recent = 0;
