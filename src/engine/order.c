@@ -45,7 +45,6 @@
  */
 #include "state.h"
 
-
 /* More moves than MOVES_MOST within MOVES_WINDOW_NS: under `auto`,
  * `deferred`. */
 #define MOVES_MOST 16
