@@ -288,7 +288,7 @@ beyond async's spread.
 """
 
 PARITY_DEFAULTS = {"batch": 64, "image_size": 224, "sync_every": 4, "vocab": 32000, "lm_batch": 16, "seq": 256, "max_batch": 64,
-                   "max_seq": 512, "shapes": 40, "iters": 60, "steps": 15, "warmup": 5, "passes": 4,
+                   "max_seq": 512, "shapes": 40, "iters": 150, "steps": 15, "warmup": 5, "passes": 4,
                    "sample_ms": 15, "stats_round": 1}
 
 

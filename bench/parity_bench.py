@@ -515,7 +515,7 @@ def main():
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--max-seq", type=int, default=512)
     ap.add_argument("--passes", type=int, default=4, help="infer and cupy: timed passes after a warm-up pass")
-    ap.add_argument("--iters", type=int, default=60, help="cupy: iterations per pass")
+    ap.add_argument("--iters", type=int, default=150, help="cupy: iterations per pass")
     ap.add_argument("--max-n", type=int, default=2048, help="cupy: the largest square size")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: the CPU test of the worker
     args = ap.parse_args()
