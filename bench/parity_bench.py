@@ -489,6 +489,33 @@ def print_tables(rows, workloads):
         B.table([r for r in rows if r["workload"] == wl], COLUMNS)
 
 
+def merge_earlier(path, workloads, rows, targets, checks, notes):
+    """--merge: the rows, targets and checks of the workloads this run did not
+    measure, from an earlier parity.json in --out, when that run measured the
+    same GPU model (one suite is too long for one call of a machine whose
+    calls are capped: its workloads run in two, one after the other).  Every
+    ratio still compares runs of one call.  Returns the merged lists and the
+    workloads of the earlier run kept."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return rows, targets, checks, []
+    devices = lambda rs: {r.get("device") for r in rs if r.get("device")}
+    if devices(old.get("rows", [])) != devices(rows):
+        notes.append("not merged with %s: measured on %s, this run on %s" % (
+            path, ", ".join(sorted(devices(old.get("rows", [])))) or "?", ", ".join(sorted(devices(rows))) or "?"))
+        return rows, targets, checks, []
+    mine = lambda name: any(name.startswith("parity %s:" % wl) or name.startswith("parity %s " % wl) for wl in workloads)
+    kept = [r for r in old.get("rows", []) if r.get("workload") not in workloads]
+    kept_workloads = sorted({r["workload"] for r in kept}, key=lambda w: WORKLOADS.index(w) if w in WORKLOADS else 99)
+    if kept_workloads:
+        notes.append("%s from an earlier call of the suite on the same GPU model (%s), %s from this one" % (
+            ",".join(kept_workloads), ", ".join(sorted(devices(rows))), ",".join(workloads)))
+    return (kept + rows, [t for t in old.get("targets", []) if not mine(t["name"])] + targets,
+            [c for c in old.get("checks", []) if not mine(c["name"])] + checks, kept_workloads)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", metavar="CONFIG", choices=CONFIGS, help="run one measurement, print JSON")
@@ -502,6 +529,8 @@ def main():
     ap.add_argument("--stats-round", type=int, default=1, help="the round whose cupool runs print CUPOOL_STATS "
                     "(their time is not counted); 0 = none")
     ap.add_argument("--timeout", type=int, default=150)
+    ap.add_argument("--merge", action="store_true", help="keep the results of the other workloads from an earlier "
+                    "parity.json in --out measured on the same GPU model (the suite in two calls)")
     ap.add_argument("--sample-ms", type=float, default=15.0, help="NVML sampling interval")
     ap.add_argument("--steps", type=int, default=15, help="timed training steps (cnn, lm)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed training steps first")
@@ -538,8 +567,14 @@ def main():
         summarize(r)
     targets, checks = compare(rows, workloads)
     print_tables(rows, workloads)
+    kept_workloads = []
+    if args.merge:
+        rows, targets, checks, kept_workloads = merge_earlier(os.path.join(args.out, "parity.json"), workloads, rows,
+                                                              targets, checks, notes)
     config = dict(vars(args), first_round_only=FIRST_ROUND_ONLY,
-                  rounds_done=max((r["rounds"] for r in rows), default=0))
+                  rounds_done=min((max(r["rounds"] for r in rows if r["workload"] == wl)
+                                   for wl in {r["workload"] for r in rows}), default=0),
+                  workloads=",".join(kept_workloads + workloads))
     return B.finish(args.out, "parity", rows, targets, checks, errors, config, notes)
 
 

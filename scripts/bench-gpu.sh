@@ -18,7 +18,8 @@
 # Environment: CUPOOL_BUILD (build dir), UTHASH_DIR (default .vendor/uthash),
 # CUDA_HOME (default /usr/local/cuda), JOBS (make -j, default 16),
 # BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc host loop cupy torch
-# memset parity, and capacity, which runs only when named).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite
+# memset parity, and capacity, which runs only when named), PARITY_WORKLOADS
+# (the parity suite's workloads this call runs, merged with an earlier call's).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite
 # alone within a 600-s call.
 set -u
 
@@ -188,21 +189,26 @@ want torch || want parity || cupy_cap=$budget
 want cupy && run_stage cupy "$cupy_cap" "$python" "$src/bench/cupy_bench.py" --cupool "$launcher" --library "$lib" \
     --out "$out"
 
-# ---- memory parity: PyTorch (cnn, lm, infer) and CuPy against their allocators --------------
+# ---- memory parity: PyTorch (cnn, cnn-stream, lm, infer) and CuPy against their allocators ---------
 # Peak whole-process memory (NVML, sampled during the run) and step time of
-# four workloads in five configurations (bench/parity_bench.py).  Its
-# processes should take 3-8 s each (imports, CUDA start, 20 steps or 5
-# passes; an estimate from the PyTorch stage's 6-15 s processes, which run
-# 35 steps or 4 passes of 60 shapes): a warm-up, 20 in the first round
-# (nocache-native runs there only), 16 in each later one, 75-100 s a round
-# on an H100; 5 rounds want 400-500 s.  Run
-# alone (BENCH_ONLY=parity) it gets the whole budget and cuts the last
-# rounds short at its deadline; beside PyTorch it gets 240 s (two rounds) and
-# PyTorch the rest.
+# five workloads in five configurations (bench/parity_bench.py).  On an H100
+# its processes take 7-9 s (cnn, cnn-stream), 11-14 s (lm), 5-6 s (infer)
+# and 2-4 s (cupy), mostly imports and CUDA's start: a round of every
+# workload and configuration takes about 170 s, five rounds about 900 s,
+# more than one call of a machine whose calls are capped at 600 s.  So
+# PARITY_WORKLOADS (comma-separated) runs some of them, merged into the
+# parity.json an earlier call left in RESULTS_DIR on the same GPU model
+# (parity_bench.py --merge): cnn,cnn-stream,cupy in one call and lm,infer in
+# the next make one report.  Run alone (BENCH_ONLY=parity) it gets the whole
+# budget and cuts the last rounds short at its deadline; beside PyTorch it
+# gets 240 s and PyTorch the rest.
 parity_cap=240
 want torch || parity_cap=$budget
+parity_only=
+[ -n "${PARITY_WORKLOADS:-}" ] && parity_only="--workloads $PARITY_WORKLOADS --merge"
+# shellcheck disable=SC2086 # $parity_only: options
 want parity && run_stage parity "$parity_cap" "$python" "$src/bench/parity_bench.py" --cupool "$launcher" \
-    --library "$lib" --out "$out"
+    --library "$lib" --out "$out" $parity_only
 
 # ---- capacity parity: the largest CNN batch beside a holder of the card's memory ---------------
 # bench/capacity_bench.py: a dozen processes of the parity suite's CNN

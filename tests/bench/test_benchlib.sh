@@ -267,6 +267,37 @@ for want_text in ("**cnn** (ms per step)", "**cupy** (ms per iteration)", "of 16
 if "Not measured yet" not in R.section_parity(os.path.join(tmp, "nothing")):
     failures.append("parity report section without results")
 
+# --merge: a second call measuring cnn again keeps cupy from the first (same
+# GPU model) and replaces cnn's rows, targets and checks; a run on another
+# GPU model merges nothing and says so.
+def devices(rows, name):
+    for r in rows:
+        r["device"] = name
+    return rows
+with open(os.path.join(out, "parity.json")) as f:
+    first = json.load(f)
+devices(first["rows"], "GPU A")
+with open(os.path.join(out, "parity.json"), "w") as f:
+    json.dump(first, f)
+again = devices([dict(r, ms_median=1.0) for r in prows if r["workload"] == "cnn"], "GPU A")
+again_targets = [t for t in ptargets if t["name"].startswith("parity cnn:")]
+again_checks = [c for c in pchecks if c["name"].startswith("parity cnn ")]
+notes = []
+mrows, mtargets, mchecks, kept = P.merge_earlier(os.path.join(out, "parity.json"), ["cnn"], again, again_targets,
+                                                 again_checks, notes)
+if kept != ["cupy"] or sorted({r["workload"] for r in mrows}) != ["cnn", "cupy"] or \
+        any(r["workload"] == "cnn" and r.get("ms_median") != 1.0 for r in mrows) or \
+        len(mrows) != len(first["rows"]) or len(mtargets) != 16 or len(mchecks) != len(first["checks"]) or \
+        not any("cupy from an earlier call" in n for n in notes):
+    failures.append("parity merge: kept %r, %d rows, %d targets, %d checks, notes %r" % (
+        kept, len(mrows), len(mtargets), len(mchecks), notes))
+notes = []
+other = devices([dict(r) for r in again], "GPU B")
+mrows, mtargets, mchecks, kept = P.merge_earlier(os.path.join(out, "parity.json"), ["cnn"], other, again_targets,
+                                                 again_checks, notes)
+if kept or mrows != other or not any("not merged" in n and "GPU A" in n and "GPU B" in n for n in notes):
+    failures.append("parity merge across GPU models: kept %r, notes %r" % (kept, notes))
+
 # ---- the capacity test's walk over batches --------------------------------------------
 import capacity_bench as C
 def walk(fits, start=64):
