@@ -37,10 +37,11 @@
  *
  * Another thread may enqueue work on the stream left while the order moves
  * (it looked before the move and enqueued after the event).  So each work
- * call compares the context's count of moves before and after it, and if
- * it changed, the order stream waits for the call's stream
- * (cupool_order_rejoin); the pool calls on the order stream do the same
- * (state.h).  The thread that enqueued such work frees its blocks only
+ * call compares the context's count of moves before and after it (a move
+ * makes it odd before its event and even once the new order stream is
+ * stored), and if it changed or was odd, the order stream waits for the
+ * call's stream (cupool_order_rejoin); the pool calls on the order stream
+ * do the same (state.h).  The thread that enqueued such work frees its blocks only
  * after that, so the rule holds for every free.
  */
 #include "state.h"
@@ -102,6 +103,25 @@ static int is_capturing(CUstream stream)
 
 enum move_result { MOVED, NOT_NEEDED, REFUSED };
 
+/* The count of moves, around each (c->lock held): odd from before the
+ * event on the stream left until the new order stream is stored
+ * (cupool_order_missed, state.h).  A call that read the count before the
+ * move began and enqueued after its event sees it changed: the driver
+ * orders that enqueue after the event's record, itself after the count's
+ * increment.  One that read it odd, or during the move's store, waits for
+ * the move in cupool_order_rejoin, under c->lock. */
+static void move_begin(cupool_context_t *c)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_seq_cst);
+}
+
+static void move_end(cupool_context_t *c)
+{
+    CUPOOL_ASSERT_HELD(&c->lock);
+    atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
+}
+
 /* Moves the order to `stream` (or to the legacy stream, for one of its
  * order), so that the work about to be enqueued there follows everything
  * before it; c->lock held, c->ctx current.  REFUSED: the move is not
@@ -139,18 +159,19 @@ static enum move_result move_order(cupool_context_t *c, CUstream stream, const c
     int legacy = from == CU_STREAM_LEGACY || to == CU_STREAM_LEGACY;
     int gated = legacy && cupool_legacy_enter();
     if (legacy && !gated && from == CU_STREAM_LEGACY) return REFUSED;
+    move_begin(c);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     CUresult r = legacy && !gated ? real_cuStreamSynchronize(from) : cupool_order_join(c, from, to);
     cupool_relaxed_end(previous);
     if (gated) cupool_legacy_leave();
+    if (r == CUDA_SUCCESS) atomic_store_explicit(&c->order, to, memory_order_relaxed);
+    move_end(c);
     if (r != CUDA_SUCCESS) {
         cupool_message_once(CUPOOL_MSG_WARN, "cannot order stream %p after stream %p (%s)", (void *)to, (void *)from,
                             cupool_result_name(r));
         *why = "an event the driver refused";
         return REFUSED;
     }
-    atomic_store_explicit(&c->order, to, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
     /* The event serves every block kept so far as an ordered fence would. */
     c->fences++;
     atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->order_moves, 1, memory_order_relaxed);
@@ -203,7 +224,7 @@ cupool_work_t cupool_stream_work(CUstream stream, int per_thread)
 void cupool_stream_work_done(const cupool_work_t *w)
 {
     cupool_context_t *c = w->context;
-    if (CUPOOL_LIKELY(!c || atomic_load_explicit(&c->order_moves, memory_order_acquire) == w->moves)) return;
+    if (CUPOOL_LIKELY(!c || !cupool_order_missed(c, w->moves))) return;
     cupool_order_rejoin(c, w->stream);
 }
 
@@ -215,9 +236,10 @@ static int leave_stream(cupool_context_t *c, void *arg)
     CUstream stream = arg;
     pthread_mutex_lock(&c->lock);
     if (atomic_load_explicit(&c->order, memory_order_relaxed) == stream) {
+        move_begin(c);
         cupool_order_follow(c, stream, CU_STREAM_LEGACY);
         atomic_store_explicit(&c->order, CU_STREAM_LEGACY, memory_order_relaxed);
-        atomic_fetch_add_explicit(&c->order_moves, 1, memory_order_release);
+        move_end(c);
         c->fences++;
     }
     pthread_mutex_unlock(&c->lock);

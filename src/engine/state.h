@@ -116,7 +116,7 @@ struct cupool_context {
      * and frees on, CU_STREAM_LEGACY or a non-blocking stream of the
      * program; read by every launch, written only when it moves. */
     _Atomic(CUstream) order;
-    atomic_uint order_moves;                 /* how many times it moved (a launch compares before and after) */
+    atomic_uint order_moves;                 /* twice its moves, odd while one is under way (order.c) */
     atomic_int leaving;                      /* out of `ordered`, the synchronization not yet done (order.c) */
     CUevent order_event;                     /* recorded on the stream left, waited for by the next (c->lock) */
     CUstream *blocking;                      /* the program's blocking streams: with the legacy stream, one order */
@@ -200,6 +200,15 @@ void cupool_order_settle(cupool_context_t *c);
  * it (order.c moves it): the order stream waits for it (queue.c; out of
  * line, cold). */
 void cupool_order_rejoin(cupool_context_t *c, CUstream stream);
+/* Whether an operation enqueued on the order stream the caller read (with
+ * c->order_moves `before`, read first) may have missed a move: a move
+ * makes the count odd before it records its event on the stream it leaves
+ * and even again once the new order stream is stored, so an operation
+ * enqueued after that event finds the count changed, or read it odd. */
+static inline int cupool_order_missed(cupool_context_t *c, unsigned before)
+{
+    return (before & 1) || atomic_load_explicit(&c->order_moves, memory_order_acquire) != before;
+}
 /* One pool call on the context's order stream (pool NULL: a free of *ptr),
  * counted as a call on the legacy stream (capture_gate.h) whichever it is:
  * a capture beginning on a blocking stream could see either.  Should the
@@ -210,8 +219,7 @@ static inline CUresult cupool_order_pool_call(cupool_context_t *c, CUmemoryPool 
     unsigned moves = atomic_load_explicit(&c->order_moves, memory_order_acquire);
     CUstream stream = atomic_load_explicit(&c->order, memory_order_relaxed);
     CUresult r = pool ? cupool_hot.alloc_from_pool(ptr, size, pool, stream) : cupool_hot.free_async(*ptr, stream);
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&c->order_moves, memory_order_acquire) != moves))
-        cupool_order_rejoin(c, stream);
+    if (CUPOOL_UNLIKELY(cupool_order_missed(c, moves))) cupool_order_rejoin(c, stream);
     cupool_legacy_leave();
     return r;
 }
