@@ -297,7 +297,7 @@ typedef struct {
     bool no_pools;
     bool no_ctx_record_event; /* cuCtxRecordEvent fails (CUDA_ERROR_NOT_SUPPORTED) */
     unsigned pool_call_us;    /* pool allocations and frees hold the lock this long */
-    unsigned enqueue_us;      /* a memset waits this long before it takes the lock (SIMCUDA_ENQUEUE_US) */
+    unsigned enqueue_us;      /* a memset or stream wait waits this long before it takes the lock (SIMCUDA_ENQUEUE_US) */
     unsigned trim_ms;         /* SIMCUDA_TRIM_MS: a cuMemPoolTrimTo that releases memory takes this long */
     bool trim_observed;       /* SIMCUDA_TRIM_OBSERVED: a trim skips frees the host has not seen complete */
     unsigned long long pool_frees; /* stream-ordered frees of pool blocks so far (their order) */
