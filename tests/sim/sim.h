@@ -56,6 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define SIM_API __attribute__((visibility("default")))
 #define SIM_MAX_DEVICES 8
@@ -314,6 +315,17 @@ typedef struct {
 } sim_state;
 
 extern sim_state sim;
+
+/* A driver slow to take a call (SIMCUDA_ENQUEUE_US): a memset, or a stream
+ * wait (a library joining one stream to another, between its event and
+ * its wait), so that other threads act between what a library in front of
+ * the driver did and the enqueue.  Called before the simulator's lock. */
+static inline void sim_slow_enqueue(void)
+{
+    if (!sim.enqueue_us) return;
+    struct timespec t = {sim.enqueue_us / 1000000, (long)(sim.enqueue_us % 1000000) * 1000};
+    nanosleep(&t, NULL);
+}
 
 /* One recursive lock around all state; cleanup attribute releases it on return. */
 int sim_lock_acquire(void);

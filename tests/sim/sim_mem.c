@@ -366,12 +366,7 @@ CUresult sim_memset_run(const sim_memset_params *p)
 static CUresult memset_op(CUdeviceptr dst, size_t pitch, unsigned value, unsigned element_size, size_t width,
                           size_t height, CUstream h, bool ptds)
 {
-    /* A driver slow to take the call (SIMCUDA_ENQUEUE_US): other threads
-     * act between what a library in front of it did and the enqueue. */
-    if (sim.enqueue_us) {
-        struct timespec t = {sim.enqueue_us / 1000000, (long)(sim.enqueue_us % 1000000) * 1000};
-        nanosleep(&t, NULL);
-    }
+    sim_slow_enqueue();
     SIM_BEGIN;
     CUcontext ctx;
     SIM_CHECK(sim_current_ctx(&ctx));

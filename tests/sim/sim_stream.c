@@ -325,13 +325,7 @@ SIM_API CUresult CUDAAPI cuStreamGetId_ptsz(CUstream h, unsigned long long *id) 
 
 static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptds)
 {
-    /* Slow to take the call (SIMCUDA_ENQUEUE_US), as a memset is: a library
-     * joining one stream to another (an event recorded, then this wait)
-     * is still between the two when other threads enqueue. */
-    if (sim.enqueue_us) {
-        struct timespec t = {sim.enqueue_us / 1000000, (long)(sim.enqueue_us % 1000000) * 1000};
-        nanosleep(&t, NULL);
-    }
+    sim_slow_enqueue();
     SIM_BEGIN;
     CUstream s;
     bool capture;
