@@ -134,7 +134,9 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
 void cupool_ordered_note_size(cupool_context_t *c, size_t size)
 {
     CUPOOL_ASSERT_NOT_HELD(&c->lock);
-    if (!recurring_allowed()) return;
+    /* A context that has kept nothing yet (a program allocating its
+     * model) has no size to mark: no lock. */
+    if (!recurring_allowed() || !CUPOOL_HINT_READ(c->kept)) return;
     pthread_mutex_lock(&c->lock);
     struct ready_size *rs = c->ready_sizes ? cupool_ready_find(c, size) : NULL;
     if (rs) rs->recurring = 1;
@@ -183,7 +185,8 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
             b->ptr = o->ptr;
             b->size = o->size;
             b->due = c->fences + 1;
-            b->kept = ++c->kept;
+            CUPOOL_HINT_WRITE(c->kept, c->kept + 1);
+            b->kept = c->kept;
             b->recurring = recurring;
             cupool_ready_put(c, b, now_ns, c->private_stream);
             if (oversize && c->ready_newest == b) {
