@@ -41,8 +41,8 @@
  * makes it odd before its event and even once the new order stream is
  * stored), and if it changed or was odd, the order stream waits for the
  * call's stream (cupool_order_rejoin); the pool calls on the order stream
- * do the same (state.h).  The thread that enqueued such work frees its blocks only
- * after that, so the rule holds for every free.
+ * do the same (state.h).  The thread that enqueued such work frees its
+ * blocks only after that, so the rule holds for every free.
  */
 #include "state.h"
 

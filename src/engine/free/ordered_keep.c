@@ -54,9 +54,10 @@
  * without a taker), a miss of 1 MiB or more that needs their memory for
  * another size and out-of-memory hand them back.  That holds no more than
  * the pool would: the pool keeps what it reserved (CUPOOL_RELEASE_THRESHOLD
- * unlimited), and the blocks wait for the sizes that come next.  A program whose sizes do not come again
- * (inference over changing shapes) marks few and keeps the cap.  With
- * CUPOOL_LIMIT or a release threshold, every block counts against the cap. */
+ * unlimited), and the blocks wait for the sizes that come next.  A program
+ * whose sizes do not come again (inference over changing shapes) marks few
+ * and keeps the cap.  With CUPOOL_LIMIT or a release threshold, every block
+ * counts against the cap. */
 static int recurring_allowed(void)
 {
     return cupool_hot.ordered_keep_max == UINT64_MAX;

@@ -318,7 +318,8 @@ void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
         return;
     }
     for (;;) {
-        uint64_t counted = c->ready_bytes - c->ready_recurring_bytes - (c->ready_oversize ? c->ready_oversize->size : 0);
+        uint64_t oversize = c->ready_oversize ? c->ready_oversize->size : 0;
+        uint64_t counted = c->ready_bytes - c->ready_recurring_bytes - oversize;
         /* Past the cap, the oldest block it counts goes: a recurring
          * size's block stays for its next allocation. */
         freed_block_t *b = counted > cap ? oldest_counted(c) : NULL;
