@@ -19,8 +19,9 @@
 # CUDA_HOME (default /usr/local/cuda), JOBS (make -j, default 16),
 # BENCH_BUDGET, BENCH_ONLY (space-separated subset of: alloc host loop cupy torch
 # memset parity, and capacity, which runs only when named), PARITY_WORKLOADS
-# (the parity suite's workloads this call runs, merged with an earlier call's).  BENCH_ONLY=parity BENCH_BUDGET=560 runs the parity suite
-# alone within a 600-s call.
+# (the parity suite's workloads this call runs, merged with an earlier call's),
+# PARITY_CONFIGS (its configurations, default all).  BENCH_ONLY=parity
+# BENCH_BUDGET=560 runs the parity suite alone within a 600-s call.
 set -u
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -206,6 +207,7 @@ parity_cap=240
 want torch || parity_cap=$budget
 parity_only=
 [ -n "${PARITY_WORKLOADS:-}" ] && parity_only="--workloads $PARITY_WORKLOADS --merge"
+[ -n "${PARITY_CONFIGS:-}" ] && parity_only="$parity_only --configs $PARITY_CONFIGS"
 # shellcheck disable=SC2086 # $parity_only: options
 want parity && run_stage parity "$parity_cap" "$python" "$src/bench/parity_bench.py" --cupool "$launcher" \
     --library "$lib" --out "$out" $parity_only
