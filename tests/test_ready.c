@@ -62,12 +62,6 @@
  *               miss of 1 MiB or more, before the store's oldest block.
  *   ordered-over-cap-stats: the same through the general paths, and
  *               CUPOOL_STATS counts the three such blocks kept.
- *   ordered-recurring: a loop whose steps allocate blocks larger than
- *               CUPOOL_ORDERED_READY and free them: from the third step on
- *               every allocation is the block its size freed in the step
- *               before, with no pool call, and the pool reserves no more
- *               (-auto: the default settings; -limit: under CUPOOL_LIMIT the
- *               cap counts every block).
  *   ordered-over-cap-threads: while the store holds such a block one
  *               thread freed, one another thread frees goes straight back.
  *   ordered-switch: auto moving to `deferred` (two streams given work by
@@ -354,67 +348,6 @@ static int ordered_over_cap(void)
     uint64_t used = tl_pool_used(pool);
     printf("then two frees of 4 MiB: pool used %llu\n", (unsigned long long)used);
     if (!aged && !store_aged(freed_at)) CHECK_TRUE(used >= 2 * BLOCK && used < 2 * BLOCK + SLACK);
-    return 0;
-}
-
-/* A training loop's shape under CUPOOL_ORDERED_READY=8M: every step
- * allocates blocks larger than the store (and one smaller), fills them and
- * frees them all.  From the second step on, every size recurs: each
- * allocation is the block its size freed in the step before, with no pool
- * call (the pool's use does not move), and the pool reserves nothing more
- * after the first step.  Under CUPOOL_LIMIT (ordered-recurring-limit) every
- * block counts against the cap: after the frees the store keeps no more
- * than the cap and one block larger than it. */
-#define STEP_BLOCKS 4
-#define STEPS 5
-
-static const size_t step_sizes[STEP_BLOCKS] = {16ull << 20, 12ull << 20, 20ull << 20, 3ull << 20};
-
-static int ordered_recurring(void)
-{
-    tl_init(0);
-    int capped = getenv("CUPOOL_LIMIT") != NULL;
-    CUdeviceptr block[STEP_BLOCKS], before[STEP_BLOCKS];
-    CUmemoryPool pool = NULL;
-    uint64_t reserved_first = 0, kept_first = 0;
-    size_t total = 0;
-    for (int i = 0; i < STEP_BLOCKS; i++) total += step_sizes[i];
-    double started = seconds_now();
-    for (int step = 0; step < STEPS; step++) {
-        for (int i = 0; i < STEP_BLOCKS; i++) {
-            CHECK_CU(cuMemAlloc(&block[i], step_sizes[i]));
-            tl_fill(block[i], step_sizes[i], 0xA0A0A0A0u + (uint32_t)(step * STEP_BLOCKS + i));
-        }
-        if (!pool) pool = tl_pool_of(block[0]);
-        CHECK_TRUE(pool != NULL);
-        for (int i = 0; i < STEP_BLOCKS; i++) {
-            CHECK_TRUE(tl_spot_check(block[i], step_sizes[i], 0xA0A0A0A0u + (uint32_t)(step * STEP_BLOCKS + i)) == 0);
-            /* Step 0 frees sizes never asked for again; step 1 asks for
-             * them, so from step 2 on each is the block of step 1. */
-            if (step >= 2 && !capped && !store_aged(started)) CHECK_EQ(block[i], before[i]);
-            before[i] = block[i];
-        }
-        for (int i = 0; i < STEP_BLOCKS; i++) CHECK_CU(cuMemFree(block[i]));
-        CHECK_CU(cuCtxSynchronize());
-        uint64_t kept = tl_pool_used(pool);
-        cuuint64_t reserved = 0;
-        CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
-        printf("step %d: after the frees the pool has %llu MiB in use (the store's), %llu MiB reserved\n", step,
-               (unsigned long long)(kept >> 20), (unsigned long long)(reserved >> 20));
-        if (step == 1) {
-            reserved_first = reserved;
-            kept_first = kept;
-        }
-        if (store_aged(started)) continue;
-        if (capped) {
-            CHECK_TRUE(kept <= (8ull << 20) + (20ull << 20));
-        } else if (step >= 1) {
-            /* Every block of the step kept, none handed back. */
-            CHECK_TRUE(kept >= total);
-            CHECK_EQ(kept, kept_first);
-            CHECK_TRUE(reserved <= reserved_first);
-        }
-    }
     return 0;
 }
 
@@ -831,19 +764,9 @@ static const tl_case_t cases[] = {
     {"ordered-threshold0", off, {"CUPOOL_FREE=ordered", "CUPOOL_RELEASE_THRESHOLD=0", NULL}, 0},
     {"ordered-cap", cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-many-sizes", ordered_many_sizes, {"CUPOOL_FREE=ordered", NULL}, 0},
-    /* A release threshold keeps every size under the cap (no recurring
-     * sizes): BIG, taken again, stays the block larger than the store. */
-    {"ordered-over-cap", ordered_over_cap,
-     {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", "CUPOOL_RELEASE_THRESHOLD=64G", NULL}, 0},
-    {"ordered-over-cap-stats", ordered_over_cap,
-     {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", "CUPOOL_RELEASE_THRESHOLD=64G", "CUPOOL_STATS=1", NULL}, 0,
-     "freed blocks the store kept though larger than itself 3"},
-    {"ordered-recurring", ordered_recurring,
-     {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", "SIMCUDA_MEM=4G", NULL}, 0},
-    {"ordered-recurring-auto", ordered_recurring,
-     {"CUPOOL_FREE=auto", "CUPOOL_ORDERED_READY=8M", "SIMCUDA_MEM=4G", NULL}, 0},
-    {"ordered-recurring-limit", ordered_recurring,
-     {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", "CUPOOL_LIMIT=1G", "SIMCUDA_MEM=4G", NULL}, 0},
+    {"ordered-over-cap", ordered_over_cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
+    {"ordered-over-cap-stats", ordered_over_cap, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", "CUPOOL_STATS=1", NULL},
+     0, "freed blocks the store kept though larger than itself 3"},
     {"ordered-over-cap-threads", ordered_over_cap_threads, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-miss", ordered_miss, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
      "large allocations the store made room for 1 (stored blocks handed back 8.0 MiB)"},

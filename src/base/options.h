@@ -27,7 +27,7 @@
     X(DEFERRED_WAIT, "CUPOOL_DEFERRED_WAIT", HELD, "1G", NULL,                                                \
       "deferred: bytes of freed blocks a context lets wait for their fences before a free waits for the GPU (N% = share of the bytes in use)") \
     X(ORDERED_READY, "CUPOOL_ORDERED_READY", SIZE, "64M", NULL,                                                \
-      "ordered: bytes of freed blocks a context keeps for the next allocation of their size; sizes allocated again are kept beyond it") \
+      "ordered: bytes of freed blocks a context keeps for the next allocation of their size") \
     X(DEFERRED_FENCE, "CUPOOL_DEFERRED_FENCE", ENUM, "auto", "auto|context|streams",                         \
       "deferred: what a fence records: one event for the whole context (cuCtxRecordEvent), one per stream, or the first unless a CUDA tool is attached") \
     X(DRIVER_QUEUE, "CUPOOL_DRIVER_QUEUE", ENUM, "auto", "auto|on|off",                                        \

@@ -101,11 +101,9 @@ struct cupool_context {
     struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (free/ready_store.c) */
     freed_block_t *ready_newest;
     uint64_t ready_bytes;
-    uint64_t ready_recurring_bytes;          /* ... of them, blocks of recurring sizes (free/ready_store.c) */
     int ready_empty;                         /* sizes in ready_sizes whose list is empty (free/ready_store.c) */
     uint64_t fences;                         /* ordered fences recorded so far (free/ordered_keep.c) */
-    uint64_t kept;                           /* blocks `ordered` kept so far (free/ordered_keep.c; written with
-                                                CUPOOL_HINT_WRITE, read without the lock as a hint) */
+    uint64_t kept;                           /* blocks `ordered` kept so far (free/ordered_keep.c) */
     uint64_t kept_done;                      /* ... of them, the first so many are known complete (a synchronization) */
     CUevent ordered_fence;                   /* recorded on the legacy stream between a free and a reuse */
     freed_block_t *ready_oversize;        /* the one block kept though larger than the store (free/ordered_keep.c;

@@ -411,7 +411,6 @@ static CUresult defer(cupool_context_t *c, const cupool_origin_t *o, int held)
     b->ptr = o->ptr;
     b->size = o->size;
     b->due = b->kept = 0; /* back in its pool, or in the store, only once its fence has completed */
-    b->recurring = 0;
     if (held) {
         b->next = c->held;
         CUPOOL_HINT_WRITE(c->held, b);

@@ -23,22 +23,16 @@
  * when there is none, CUPOOL_CAPTURE_IN_PROGRESS when a capture began
  * meanwhile. */
 CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dptr);
-/* An `ordered` allocation the store, empty, cannot serve: a size the store
- * had blocks of is one the program allocates again ("recurring sizes"). */
-void cupool_ordered_note_size(cupool_context_t *c, size_t size);
 static inline CUresult ordered_alloc_made(cupool_context_t *c, CUresult r);
 /* An `ordered` allocation: a block the context freed earlier, else one
  * from the pool on the order stream; CUPOOL_CAPTURE_IN_PROGRESS when a
  * capture keeps it off the program's streams. */
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
-    /* An empty store costs one look at the context's first line, and
-     * before the pool call a look at the sizes it had. */
+    /* An empty store costs one look at the context's first line, no call. */
     if (CUPOOL_HINT_READ(c->ready_oldest)) {
         CUresult r = cupool_ordered_reuse(c, size, dptr);
         if (r != CUDA_ERROR_NOT_FOUND) return ordered_alloc_made(c, r);
-    } else {
-        cupool_ordered_note_size(c, size);
     }
     if (CUPOOL_UNLIKELY(cupool_queue_wanted(c))) return ordered_alloc_made(c, cupool_queue_call(c, pool, dptr, size));
     return ordered_alloc_made(c, cupool_order_pool_call(c, pool, dptr, size));

@@ -36,15 +36,12 @@ struct freed_block {
                                              serve (see "ordered reuse"); 0 otherwise */
     uint64_t kept;                        /* ready, kept by `ordered`: its number in c->kept; 0 otherwise (its
                                              users are done) */
-    int recurring;                        /* ready: kept by `ordered` for a size the program allocates again,
-                                             outside the store's cap (ordered_keep.c, "recurring sizes") */
 };
 
 /* The ready blocks of one size, oldest first. */
 struct ready_size {
     size_t size;
     freed_block_t *oldest, *newest;
-    int recurring;                        /* an `ordered` allocation asked for this size again */
     UT_hash_handle hh;
 };
 
@@ -166,8 +163,7 @@ CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size);
  * or its age. */
 void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream);
 /* An allocation of `size` the store has no block for: hands back its oldest
- * blocks (those its cap counts first), as many bytes as the allocation
- * asks, when size >= MISS_GIVES_BACK. */
+ * blocks, as many bytes as the allocation asks, when size >= MISS_GIVES_BACK. */
 void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream);
 /* Returns one block, no longer in the origin table, to its pool (no lock
  * needed); a failure is warned about. */

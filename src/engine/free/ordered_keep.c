@@ -42,27 +42,6 @@
  * out-of-memory, cuMemGetInfo), and so is its price: a block waits for its
  * own size where the pool could have served any smaller request from it. */
 
-/* ---- recurring sizes ---------------------------------------------------------
- * A training step frees its activations and allocates the same sizes again
- * in the next step, many of them larger than the store's cap (a CNN's
- * batch of 64 at 224 x 224 makes blocks of 50-200 MiB): capped, the store
- * handed most of them back and the next step took them from the pool
- * again, two pool calls of several microseconds on the legacy stream per
- * block.  So a size an `ordered` allocation asks for while the store has a
- * list for it (it was freed before, in this context) is marked recurring,
- * and its blocks are kept outside the cap: only their age (a second
- * without a taker), a miss of 1 MiB or more that needs their memory for
- * another size and out-of-memory hand them back.  That holds no more than
- * the pool would: the pool keeps what it reserved (CUPOOL_RELEASE_THRESHOLD
- * unlimited), and the blocks wait for the sizes that come next.  A program
- * whose sizes do not come again (inference over changing shapes) marks few
- * and keeps the cap.  With CUPOOL_LIMIT or a release threshold, every block
- * counts against the cap. */
-static int recurring_allowed(void)
-{
-    return cupool_hot.ordered_keep_max == UINT64_MAX;
-}
-
 /* The store's clock in `ordered`, which reads it at every allocation and
  * free it serves: a coarse one (steps of a few ms, a few ns a read) is
  * enough for READY_MAX_AGE_NS. */
@@ -115,9 +94,6 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
     CUdeviceptr ptr = 0;
     pthread_mutex_lock(&c->lock);
     struct ready_size *rs = c->ready_oldest && cupool_ordered_keeps(size) ? cupool_ready_find(c, size) : NULL;
-    /* A size freed before and asked for again: its blocks are kept past
-     * the cap from now on ("recurring sizes"). */
-    if (rs && recurring_allowed()) rs->recurring = 1;
     if (rs && rs->oldest && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) == CUDA_SUCCESS))
         ptr = cupool_ready_take_oldest(c, rs);
     /* The oldest go back on the legacy stream (their users may still
@@ -130,18 +106,6 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
     if (!ptr) return fenced == CUPOOL_CAPTURE_IN_PROGRESS ? fenced : CUDA_ERROR_NOT_FOUND;
     *dptr = ptr;
     return CUDA_SUCCESS;
-}
-
-void cupool_ordered_note_size(cupool_context_t *c, size_t size)
-{
-    CUPOOL_ASSERT_NOT_HELD(&c->lock);
-    /* A context that has kept nothing yet (a program allocating its
-     * model) has no size to mark: no lock. */
-    if (!recurring_allowed() || !CUPOOL_HINT_READ(c->kept)) return;
-    pthread_mutex_lock(&c->lock);
-    struct ready_size *rs = c->ready_sizes ? cupool_ready_find(c, size) : NULL;
-    if (rs) rs->recurring = 1;
-    pthread_mutex_unlock(&c->lock);
 }
 
 /* Whether the store holds a block larger than itself that another thread
@@ -164,21 +128,17 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
     CUPOOL_ASSERT_NOT_HELD(&c->lock);
     freed_block_t *b = NULL;
     uint64_t cap = cupool_ready_cap(c);
-    /* Larger than the store: kept if its size recurs, else unless the
-     * store holds such a block another thread freed (looked at first
-     * without the lock, as a hint, where no size can recur).  Threads
-     * sharing the context would otherwise pass that one block around,
-     * each free handing back another's under the store's lock, where the
-     * driver queue makes their pool calls together (slower than the bare
-     * calls, where keeping it is faster: docs/DESIGN.md, "Measured costs
-     * behind the code"). */
-    int large = o->size > cap;
-    if (!large || recurring_allowed() ||
-        (cap && cupool_option_started(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED && !oversize_of_another_thread(c))) {
+    /* Larger than the store: kept unless the store holds such a block
+     * another thread freed (looked at first without the lock, as a hint).
+     * Threads sharing the context would otherwise pass that one block
+     * around, each free handing back another's under the store's lock,
+     * where the driver queue makes their pool calls together (slower
+     * than the bare calls, where keeping it is faster: docs/DESIGN.md,
+     * "Measured costs behind the code"). */
+    int oversize = o->size > cap;
+    if (!oversize || (cap && cupool_option_started(CUPOOL_OPT_LIMIT) == CUPOOL_SIZE_UNLIMITED &&
+                      !oversize_of_another_thread(c))) {
         pthread_mutex_lock(&c->lock);
-        struct ready_size *rs = recurring_allowed() ? cupool_ready_find(c, o->size) : NULL;
-        int recurring = rs && rs->recurring;
-        int oversize = large && !recurring;
         if (!(oversize && oversize_of_another_thread(c)) &&
             (b = cupool_take_record(&c->spare_blocks, sizeof(freed_block_t)))) {
             uint64_t now_ns = coarse_now_ns();
@@ -186,9 +146,7 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
             b->ptr = o->ptr;
             b->size = o->size;
             b->due = c->fences + 1;
-            CUPOOL_HINT_WRITE(c->kept, c->kept + 1);
-            b->kept = c->kept;
-            b->recurring = recurring;
+            b->kept = ++c->kept;
             cupool_ready_put(c, b, now_ns, c->private_stream);
             if (oversize && c->ready_newest == b) {
                 CUPOOL_HINT_WRITE(c->ready_oversize, b);

@@ -156,7 +156,6 @@ static freed_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
     else c->ready_newest = b->older;
     if (b == c->ready_oversize) CUPOOL_HINT_WRITE(c->ready_oversize, NULL);
     CUPOOL_HINT_WRITE(c->ready_bytes, c->ready_bytes - b->size);
-    if (b->recurring) c->ready_recurring_bytes -= b->size;
     return b;
 }
 
@@ -184,7 +183,6 @@ void cupool_release_block(cupool_context_t *c, freed_block_t *b, CUstream stream
     }
     if (hold) {
         b->due = b->kept = 0;
-        b->recurring = 0;
         b->next = c->held;
         CUPOOL_HINT_WRITE(c->held, b);
     } else {
@@ -267,7 +265,6 @@ void cupool_ready_put(cupool_context_t *c, freed_block_t *b, uint64_t fenced_ns,
     else CUPOOL_HINT_WRITE(c->ready_oldest, b);
     c->ready_newest = b;
     CUPOOL_HINT_WRITE(c->ready_bytes, c->ready_bytes + b->size);
-    if (b->recurring) c->ready_recurring_bytes += b->size;
 }
 
 /* Hands the oldest block of its size (rs, not empty) to an allocation, in
@@ -294,37 +291,16 @@ CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size)
     return cupool_ready_take_oldest(c, rs);
 }
 
-/* The oldest block the store's cap counts (not one of a recurring size,
- * not the block kept though larger than the store); NULL when none is.
- * c->lock held. */
-static freed_block_t *oldest_counted(const cupool_context_t *c)
-{
-    freed_block_t *b = c->ready_oldest;
-    while (b && (b->recurring || b == c->ready_oversize)) b = b->newer;
-    return b;
-}
-
 /* Returns to the pools what the store should no longer keep: past its cap
- * (0: everything; the block kept though larger than the store and the
- * blocks of recurring sizes do not count against it) or its age.
- * c->lock held. */
+ * (0: everything; the block kept though larger than the store does not
+ * count against any other) or its age.  c->lock held. */
 void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
-    while (c->ready_oldest && now_ns > c->ready_oldest->fenced_ns + READY_MAX_AGE_NS)
-        cupool_ready_evict(c, c->ready_oldest, stream);
-    if (!cap) {
-        while (c->ready_oldest) cupool_ready_evict(c, c->ready_oldest, stream);
-        return;
-    }
     for (;;) {
-        uint64_t oversize = c->ready_oversize ? c->ready_oversize->size : 0;
-        uint64_t counted = c->ready_bytes - c->ready_recurring_bytes - oversize;
-        /* Past the cap, the oldest block it counts goes: a recurring
-         * size's block stays for its next allocation. */
-        freed_block_t *b = counted > cap ? oldest_counted(c) : NULL;
-        if (!b) return;
-        cupool_ready_evict(c, b, stream);
+        uint64_t counted = c->ready_bytes - (cap && c->ready_oversize ? c->ready_oversize->size : 0);
+        if (!c->ready_oldest || (counted <= cap && now_ns <= c->ready_oldest->fenced_ns + READY_MAX_AGE_NS)) return;
+        cupool_ready_evict(c, c->ready_oldest, stream);
     }
 }
 
@@ -344,10 +320,8 @@ void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
     if (size < MISS_GIVES_BACK || !c->ready_oldest) return;
     uint64_t back = 0;
     while (back < size && c->ready_oldest) {
-        /* The block larger than the store first (most room, one call),
-         * then the oldest the cap counts, then those of recurring sizes. */
-        const freed_block_t *b = c->ready_oversize ? c->ready_oversize : oldest_counted(c);
-        if (!b) b = c->ready_oldest;
+        /* The block larger than the store first: most room, one call. */
+        const freed_block_t *b = c->ready_oversize ? c->ready_oversize : c->ready_oldest;
         back += b->size;
         cupool_ready_evict(c, b, stream);
     }
