@@ -6,12 +6,14 @@
 # reached from no shim and no tool, whose face of the engine is
 # engine/engine.h; the free store's own header (engine/free/free_store.h)
 # is included from engine/free/ alone, the rest of the engine including
-# engine/free/free.h, and the registry's (engine/registry.h) from its three
-# files alone.  Every #include "..." is followed, transitively, from
-# where the including file lies (an include that names no file under src/,
-# as config.h, cupool.h or uthash.h, is not cupool's layering).  On failure
-# it prints each include that points up a layer and, for each shim or tool
-# that reaches a private header, the chain that reaches it.
+# engine/free/free.h, the registry's (engine/registry.h) from its three
+# files alone, and the IPC files' (engine/ipc_wire.h) from ipc.c,
+# ipc_export.c and ipc_wire.c alone.  Every #include "..." is followed,
+# transitively, from where the including file lies (an include that names
+# no file under src/, as config.h, cupool.h or uthash.h, is not cupool's
+# layering).  On failure it prints each include that points up a layer
+# and, for each shim or tool that reaches a private header, the chain that
+# reaches it.
 #
 # A checker that finds nothing proves nothing: it is run first on a small
 # tree of its own with one violation of each kind, and must find them.
@@ -22,7 +24,8 @@ srcdir=${CUPOOL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 PRIVATE="engine/state.h"
 # Headers of a few files alone: HEADER=PREFIX,PREFIX... (a folder/ or a file).
 FOLDER_ONLY="engine/free/free_store.h=engine/free/ \
-engine/registry.h=engine/devices.c,engine/contexts.c,engine/lifecycle.c"
+engine/registry.h=engine/devices.c,engine/contexts.c,engine/lifecycle.c \
+engine/ipc_wire.h=engine/ipc.c,engine/ipc_export.c,engine/ipc_wire.c"
 
 # check DIR: the layering of DIR (a src/ tree); prints what breaks it and
 # returns 1 then.

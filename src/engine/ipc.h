@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Legacy CUDA IPC on the blocks of exportable pools (ipc.c, CUPOOL_IPC), as
- * the shims see it.
+ * Legacy CUDA IPC on the blocks of exportable pools (ipc.c, ipc_export.c,
+ * CUPOOL_IPC), as the shims see it.
  */
 #ifndef CUPOOL_ENGINE_IPC_H
 #define CUPOOL_ENGINE_IPC_H

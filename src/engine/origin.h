@@ -21,7 +21,7 @@ typedef struct cupool_origin {
     CUmemoryPool pool;
     int mode;  /* CUPOOL_FREE_* the block was allocated under */
     int freed; /* the program freed it; cupool still holds it (deferred, or kept for reuse) */
-    int exported; /* a cuIpcGetMemHandle handle names it (ipc.c): its free asks ipc.c first */
+    int exported; /* a cuIpcGetMemHandle handle names it: its free asks ipc_export.c first */
 } cupool_origin_t;
 
 /* Records a block; 0 on success, -1 when cupool's own host memory ran out. */

@@ -263,7 +263,7 @@ const pthread_mutex_t *cupool_capture_gate_lock(void);
 /* A context going away (its teardown, the context current and
  * synchronized): the blocks it exported are forgotten, and those the
  * program freed while another process had them open go back to its pools
- * (ipc.c). */
+ * (ipc_export.c). */
 void cupool_ipc_forget_context(cupool_context_t *c);
 
 #endif

@@ -125,15 +125,15 @@ CUPOOL_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
 static __attribute__((noinline)) CUresult free_general(CUdeviceptr dptr);
 
 /* Whether cupool holds a freed block for a while: never one another process
- * may have open (ipc.c decides what becomes of it). */
+ * may have open (ipc_export.c decides what becomes of it). */
 static int free_keeps(const cupool_origin_t *o)
 {
     return !o->exported && cupool_free_keeps_block(o);
 }
 
 /* A block that a cuIpcGetMemHandle handle names: 1 when another process
- * still has it open, and ipc.c now holds it; otherwise it is an ordinary
- * block again.  The context is current. */
+ * still has it open, and ipc_export.c now holds it; otherwise it is an
+ * ordinary block again.  The context is current. */
 static int held_for_importers(cupool_origin_t *o)
 {
     if (CUPOOL_LIKELY(!o->exported)) return 0;
