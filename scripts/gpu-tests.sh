@@ -62,7 +62,9 @@ if [ "${1:-}" = "--sanitize" ]; then
     # Tests that run themselves once per mode (tl_run_modes) run only this
     # run's mode (auto: and the program without cupool), so that each
     # report belongs to one mode.
-    vars="CUPOOL_TEST_DRIVER=$driver CUPOOL_TEST_MODES=$mode"
+    # CUPOOL_TEST_TIMEOUT=0: run-test.sh execs the program, which the
+    # sanitizer follows in the same process; its own time-out is below.
+    vars="CUPOOL_TEST_DRIVER=$driver CUPOOL_TEST_MODES=$mode CUPOOL_TEST_TIMEOUT=0"
     [ "$mode" = auto ] && vars="$vars,native"
     [ "$mode" = auto ] || vars="$vars CUPOOL_FREE=$mode"
     [ "$stats" = 1 ] && vars="$vars CUPOOL_STATS=1"

@@ -10,6 +10,8 @@
 # uninitialised memory or a definite leak (in cupool, the simulated driver or
 # the test) fails the test, with valgrind's report in its .log.  System
 # programs the tests start (sh, cat) are not traced.
+# CUPOOL_TEST_TIMEOUT (seconds, default 1200, 0 for none) stops a test that
+# runs longer and fails it.
 builddir=${CUPOOL_BUILDDIR:-$(pwd)}
 driver=${CUPOOL_TEST_DRIVER:-sim}
 case $driver in
@@ -22,15 +24,25 @@ real) ;;
 esac
 CUPOOL_LIBRARY="$builddir/.libs/libcupool.so"
 export CUPOOL_LIBRARY CUPOOL_TEST_DRIVER="$driver"
-case $1 in
-*.sh) exec ${SHELL:-/bin/sh} "$@" ;;
-*)
-    LD_PRELOAD="$CUPOOL_LIBRARY${LD_PRELOAD:+:$LD_PRELOAD}"
+preload="$CUPOOL_LIBRARY${LD_PRELOAD:+:$LD_PRELOAD}"
+if [ "${CUPOOL_TEST_VALGRIND:-0}" = 1 ]; then
+    case $1 in *.sh) exec ${SHELL:-/bin/sh} "$@" ;; esac
+    LD_PRELOAD=$preload
     export LD_PRELOAD
-    if [ "${CUPOOL_TEST_VALGRIND:-0}" = 1 ]; then
-        exec valgrind -q --error-exitcode=42 --trace-children=yes --trace-children-skip='/usr/*,/bin/*' \
-            --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect "$@"
-    fi
-    exec "$@"
-    ;;
+    exec valgrind -q --error-exitcode=42 --trace-children=yes --trace-children-skip='/usr/*,/bin/*' \
+        --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect "$@"
+fi
+# A test still running after CUPOOL_TEST_TIMEOUT seconds (default 1200; 0:
+# no limit) is stopped and fails, so that a hang fails one test instead of
+# holding the suite until CI's own limit.  timeout runs without cupool: only
+# the test program is preloaded.
+limit=${CUPOOL_TEST_TIMEOUT:-1200}
+case $1 in
+*.sh) set -- ${SHELL:-/bin/sh} "$@" ;;
+*) set -- env LD_PRELOAD="$preload" "$@" ;;
 esac
+[ "$limit" = 0 ] && exec "$@"
+timeout -k 10 "$limit" "$@"
+rc=$?
+[ "$rc" -eq 124 ] && echo "run-test.sh: stopped after ${limit}s (CUPOOL_TEST_TIMEOUT)" >&2
+exit "$rc"
