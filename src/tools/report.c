@@ -62,6 +62,7 @@ typedef struct device {
     uint64_t *reserved_by_file;
     u64_vec_t alloc_ns, free_ns;
     uint64_t hist[BUCKETS];
+    uint64_t hist_ns[BUCKETS]; /* time in the allocations of each size bucket and in their blocks' frees */
     point_t *points;
     size_t npoints, cap_points;
 } device_t;
@@ -182,6 +183,7 @@ static void account(const trace_t *t, const trace_record_t *r)
         else d->native_allocs++, d->native_bytes += r->size;
         if (r->size) {
             d->hist[bucket(r->size)]++;
+            d->hist_ns[bucket(r->size)] += r->dur_ns;
             if (mem == TRACE_MEM_DEVICE) hist_all[bucket(r->size)]++;
         }
         block_t *old = find_block(r->ptr, r->file);
@@ -200,6 +202,7 @@ static void account(const trace_t *t, const trace_record_t *r)
         push(&d->free_ns, r->dur_ns);
         if (r->route == TRACE_ROUTE_POOL) d->pooled_frees++;
         else d->native_frees++;
+        if (b && b->size) d->hist_ns[bucket(b->size)] += r->dur_ns;
         if (b) release(b, r->t - t->records[0].t);
         else if (r->ptr) d->unmatched_frees++;
     }
@@ -278,6 +281,29 @@ static void print_histogram(const uint64_t *hist)
     }
 }
 
+/* Where the time in allocations and frees went, by the size bucket of the
+ * block: a program slower under cupool than natively or under its
+ * framework's allocator shows here which sizes cost it (those the pools
+ * serve with a call each, say, against those a store serves). */
+static void print_time_by_size(const device_t *d)
+{
+    uint64_t alloc = 0, free_ = 0, any = 0;
+    for (size_t i = 0; i < d->alloc_ns.n; i++) alloc += d->alloc_ns.v[i];
+    for (size_t i = 0; i < d->free_ns.n; i++) free_ += d->free_ns.v[i];
+    for (int b = 0; b < BUCKETS; b++) any |= d->hist_ns[b];
+    printf("  time in calls: %.3f ms (allocations %.3f ms, frees %.3f ms)\n", (double)(alloc + free_) / 1e6,
+           (double)alloc / 1e6, (double)free_ / 1e6);
+    if (!any) return;
+    printf("  time by size (allocations and the frees of their blocks):\n");
+    for (int b = 0; b < BUCKETS; b++) {
+        if (!d->hist_ns[b]) continue;
+        char lo[16], hi[16];
+        short_bytes(ldexp(1, b), lo, sizeof lo);
+        short_bytes(ldexp(1, b + 1), hi, sizeof hi);
+        printf("    [%s, %s) %.3f ms\n", lo, hi, (double)d->hist_ns[b] / 1e6);
+    }
+}
+
 /* The names of the memory kinds' sections and panels. */
 static const char *const memory_names[TRACE_MEM_KINDS] = {"device", "pinned host memory", "managed memory"};
 
@@ -318,6 +344,7 @@ static void print_section(const trace_t *t, int mem, int s)
     print_durations("alloc", &d->alloc_ns);
     print_durations("free", &d->free_ns);
     print_histogram(d->hist);
+    print_time_by_size(d);
 }
 
 /* ---- the picture ------------------------------------------------------- */

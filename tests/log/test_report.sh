@@ -58,7 +58,7 @@ exp = {}
 def dev(name):
     return exp.setdefault(name, dict(calls={}, allocs=0, pooled=0, native=0, bytes=0, frees=0,
                                      in_use=0, peak=0, reserved=0, peak_reserved=0, failures={},
-                                     alloc_ns=[], hist={}))
+                                     alloc_ns=[], free_ns=[], hist={}, time={}))
 live = {}
 for r in records:
     call = r["call"]
@@ -87,15 +87,20 @@ for r in records:
         if r["size"]:
             b = r["size"].bit_length() - 1
             s["hist"][b] = s["hist"].get(b, 0) + 1
+            s["time"][b] = s["time"].get(b, 0) + r["dur_ns"]
         assert ptr not in live
         live[ptr] = (r["size"], d, mem, name)
         s["in_use"] += r["size"]
         s["peak"] = max(s["peak"], s["in_use"])
     elif call in FREE:
         s["frees"] += 1
+        s["free_ns"].append(r["dur_ns"])
         if ptr in live:
             size, _, _, owner = live.pop(ptr)
             exp[owner]["in_use"] -= size
+            if size:
+                b = size.bit_length() - 1
+                s["time"][b] = s["time"].get(b, 0) + r["dur_ns"]
     if (call in ALLOC or call in FREE) and mem == "device" and r.get("route") == "pool" and "reserved" in r:
         s["reserved"] = r["reserved"]
         s["peak_reserved"] = max(s["peak_reserved"], s["reserved"])
@@ -138,6 +143,28 @@ for name, s in exp.items():
         rank = lambda p: ns[max(1, math.ceil(p / 100 * len(ns))) - 1]
         want = "n=%d p50=%d p90=%d p99=%d max=%d" % (len(ns), rank(50), rank(90), rank(99), ns[-1])
         check(name, "alloc duration", g["alloc duration ns"], want)
+
+    a, f = sum(s["alloc_ns"]), sum(s["free_ns"])
+    check(name, "time in calls", g["time in calls"],
+          "%.3f ms (allocations %.3f ms, frees %.3f ms)" % ((a + f) / 1e6, a / 1e6, f / 1e6))
+
+# The time-by-size lines of each section: "[lo, hi) N ms", after its heading.
+times, cur, within = {}, None, False
+for line in open(summary):
+    m = re.match(SECTION, line)
+    if m:
+        cur, within = times.setdefault(m.group(1), []), False
+    if line.startswith("  time by size"):
+        within = True
+        continue
+    m = re.match(r"^    \[(\S+), (\S+)\) ([0-9.]+) ms$", line)
+    if within and m:
+        cur.append(m.group(3))
+    elif not line.startswith("    "):
+        within = False
+for name, s in exp.items():
+    check(name, "time by size", times.get(name, []),
+          ["%.3f" % (s["time"][b] / 1e6) for b in sorted(s["time"]) if s["time"][b]])
 
 # The histogram lines of each section: "[lo, hi) count ###".
 hist, cur = {}, None
