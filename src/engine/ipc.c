@@ -7,9 +7,9 @@
  *
  *   - the exporter's handle names this process's IPC socket (a Unix socket
  *     in CUPOOL_IPC_DIR, 0600, named by the user, the pid and 8 random
- *     bytes, made in a private directory and renamed into place) and the block (16 random bytes, its tag), so a handle that is
- *     stale or forged names nothing and fails instead of mapping other
- *     memory;
+ *     bytes, made in a private directory and renamed into place) and the
+ *     block (16 random bytes, its tag), so a handle that is stale or forged
+ *     names nothing and fails instead of mapping other memory;
  *   - the importer, under cupool too, connects, checks that the socket
  *     belongs to its own user (SO_PEERCRED) and asks for the tag; the
  *     exporter checks the importer's user the same way and answers with the
