@@ -139,15 +139,11 @@ static const tl_case_t cases[] = {
 
 int main(int argc, char **argv)
 {
-    const tl_case_t *asked = tl_case_asked(cases, sizeof cases / sizeof cases[0], argc, argv);
-    if (asked) return asked->run();
-    if (check_real_driver()) return CHECK_SKIP;
-    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    int failed = tl_run_cases(cases, sizeof cases / sizeof cases[0], NULL);
     /* The control: host_ahead with the blocks held on the host must fail. */
-    static const char *const held_env[] = {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host",
-                                           "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G",
-                                           "CUPOOL_DEFERRED_WAIT=unlimited", NULL};
-    failed += tl_control_fails("host-ahead", held_env, "CUPOOL_DEFERRED_ORDER=host");
-    return failed ? 1 : 0;
+    static const tl_control_t control = {"host-ahead",
+                                         {"CUPOOL_FREE=deferred", "CUPOOL_DEFERRED_ORDER=host",
+                                          "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G",
+                                          "CUPOOL_DEFERRED_WAIT=unlimited", NULL},
+                                         "CUPOOL_DEFERRED_ORDER=host"};
+    return tl_sim_cases_main(cases, sizeof cases / sizeof cases[0], argc, argv, &control);
 }

@@ -249,15 +249,11 @@ static const tl_case_t cases[] = {
 
 int main(int argc, char **argv)
 {
-    const tl_case_t *asked = tl_case_asked(cases, sizeof cases / sizeof cases[0], argc, argv);
-    if (asked) return asked->run();
-    if (check_real_driver()) return CHECK_SKIP;
-    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
-    int failed = tl_run_cases(cases, sizeof cases / sizeof cases[0], NULL);
     /* The control: one-stream with every free waiting for its fence on the
      * host must fail. */
-    static const char *const deferred_env[] = {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G",
-                                               "SIMCUDA_RACES=count", NULL};
-    failed += tl_control_fails("one-stream", deferred_env, "CUPOOL_FREE=deferred");
-    return failed ? 1 : 0;
+    static const tl_control_t control = {
+        "one-stream",
+        {"CUPOOL_FREE=deferred", "SIMCUDA_EVENT_DELAY=1000000", "SIMCUDA_MEM=4G", "SIMCUDA_RACES=count", NULL},
+        "CUPOOL_FREE=deferred"};
+    return tl_sim_cases_main(cases, sizeof cases / sizeof cases[0], argc, argv, &control);
 }

@@ -431,7 +431,8 @@ const tl_case_t *tl_case_asked(const tl_case_t *cases, size_t ncases, int argc, 
     CHECK_FAIL("no case %s", argv[2]);
 }
 
-int tl_control_fails(const char *name, const char *const *env, const char *what)
+/* 0 when the control failed as it must, 1 otherwise. */
+static int control_fails(const char *name, const char *const *env, const char *what)
 {
     const char *args[] = {"--case", name, NULL};
     tl_child_t c;
@@ -463,4 +464,15 @@ int tl_run_cases(const tl_case_t *cases, size_t ncases, const char *(*skip)(cons
         tl_child_free(&c);
     }
     return failed;
+}
+
+int tl_sim_cases_main(const tl_case_t *cases, size_t ncases, int argc, char **argv, const tl_control_t *control)
+{
+    const tl_case_t *asked = tl_case_asked(cases, ncases, argc, argv);
+    if (asked) return asked->run();
+    if (check_real_driver()) return CHECK_SKIP;
+    if (!check_cupool_loaded()) CHECK_FAIL("libcupool.so is not preloaded");
+    int failed = tl_run_cases(cases, ncases, NULL);
+    if (control) failed += control_fails(control->name, control->env, control->what);
+    return failed ? 1 : 0;
 }

@@ -103,12 +103,19 @@ const tl_case_t *tl_case_asked(const tl_case_t *cases, size_t ncases, int argc, 
  * reason for; prints what each printed and "NAME: passed" or "FAILED".
  * Returns the number that failed. */
 int tl_run_cases(const tl_case_t *cases, size_t ncases, const char *(*skip)(const tl_case_t *));
-/* A control: runs case `name` in a child with `env` (a list as for
- * tl_run_self), which must fail its own checks (exit status 1, not a crash
- * or a time-out) without what the case proves; prints "control: NAME with
- * WHAT fails, as it must" or why not.  Returns 0 when it failed as it must,
- * 1 otherwise. */
-int tl_control_fails(const char *name, const char *const *env, const char *what);
+/* A control for tl_sim_cases_main: case `name`, run in a child with `env`
+ * (a list as for tl_run_self), must fail its own checks (exit status 1,
+ * not a crash or a time-out) without `what` it proves; the test prints
+ * "control: NAME with WHAT fails, as it must" or why not. */
+typedef struct {
+    const char *name;
+    const char *env[8];
+    const char *what;
+} tl_control_t;
+/* main() of a test whose cases the simulator judges: the case asked for
+ * (--case NAME), else every case and then the control (may be NULL);
+ * skipped on the real driver.  Returns main's exit status. */
+int tl_sim_cases_main(const tl_case_t *cases, size_t ncases, int argc, char **argv, const tl_control_t *control);
 
 /* The pool a device pointer belongs to (NULL for cuMemAlloc memory) and
  * the bytes that pool has in use. */
