@@ -10,13 +10,18 @@ allocator's, at a step time within 1.03x of it.
      P is read by NVML (benchlib.ProcessMemory);
   2. a holder process allocates the card's free memory down to P x
      --headroom and sleeps;
-  3. beside the holder, each configuration (caching, then cupool) trains at
-     --batch and goes up by --step while a batch trains, or down while none
-     has: the largest batch that trained and its median step are its result.
+  3. beside the holder, each configuration (caching, then cupool) finds the
+     largest batch that trains, in multiples of --step from --batch: up by a
+     stride that doubles while batches train, then halving the gap between
+     the last batch that trained and the first that did not (down the same
+     way when --batch does not train), at most --max-tries processes;
+  4. at the caching allocator's largest batch, --rounds more processes of
+     each, interleaved: the time target compares their medians (the walk's
+     run counts as one round), and one more cupool process prints its
+     statistics (CUPOOL_STATS: out-of-memory retries, trims) into the notes.
 
 A batch that runs out of memory ends its process with an error (PyTorch's
-OutOfMemoryError): that is what a user would see.  The time target compares
-the two at the caching allocator's largest batch, which both trained.
+OutOfMemoryError): that is what a user would see.
 
   python3 bench/capacity_bench.py --cupool build/scripts/cupool --out bench-results
 """
@@ -56,10 +61,11 @@ time.sleep(3600)
 """
 
 
-def train(config, batch, args, env_base, logdir):
-    """One process of the parity suite's cnn worker at this batch: its JSON,
-    or None when it failed (out of memory, or anything else: its stderr's
-    tail goes to the log)."""
+def train(config, batch, args, env_base, logdir, stats=False):
+    """One process of the parity suite's cnn worker at this batch: ok, its
+    median step and peak, or not ok (out of memory, or anything else: its
+    stderr's tail goes to the log; skipped: past $BENCH_DEADLINE); with
+    stats, under CUPOOL_STATS, whose lines come back too."""
     env = B.clean_env(env_base)
     cmd = [sys.executable, PARITY, "--worker", config, "--workload", "cnn", "--batch", str(batch),
            "--steps", str(args.steps), "--warmup", str(args.warmup)]
@@ -67,33 +73,97 @@ def train(config, batch, args, env_base, logdir):
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         env["CUPOOL_LIBRARY"] = args.lib
         cmd = B.cupool_prefix(args.cupool) + cmd
-    rc, out, err = B.run(cmd, env, args.timeout, logdir, "%s.b%d" % (config, batch))
+    if stats:
+        env["CUPOOL_STATS"] = "1"
+    rc, out, err = B.run(cmd, env, args.timeout, logdir, "%s.b%d%s" % (config, batch, ".stats" if stats else ""))
+    if rc is None:
+        return {"ok": False, "skipped": True}
     found = B.json_lines(out)
     if rc != 0 or not found:
         oom = "out of memory" in (err or "").lower() or "OutOfMemoryError" in (err or "")
         B.log("capacity: %s at batch %d: %s" % (config, batch, "out of memory" if oom else B.tail(err, 3)))
         return {"ok": False, "oom": oom}
     r = found[-1]
-    return {"ok": True, "ms": r["ms_median"], "peak_mib": r.get("peak_mib")}
+    got = {"ok": True, "ms": r["ms_median"], "peak_mib": r.get("peak_mib")}
+    if stats:
+        got["stats"] = [l for l in (err or "").splitlines() if l.startswith("cupool:")]
+    return got
 
 
 def largest(config, args, env, logdir):
-    """Walks the batch from --batch by --step: up while it trains, down while
-    it does not; returns (largest batch that trained or None, every run)."""
-    runs, best = {}, None
-    b = args.batch
-    while args.min_batch <= b <= args.max_batch and len(runs) < args.max_tries:
-        runs[b] = train(config, b, args, env, logdir)
-        if runs[b]["ok"]:
-            best = b
-            if b + args.step in runs:
-                break
-            b += args.step
+    """The largest batch that trains, among --batch + k x --step within
+    [--min-batch, --max-batch]: a stride that doubles away from --batch
+    until one batch trains and another does not, then the gap between them
+    halved down to --step; at most --max-tries processes, and none past
+    $BENCH_DEADLINE.  Returns (largest batch that trained or None, every
+    run)."""
+    runs = {}
+    step = args.step
+    top = args.batch + (args.max_batch - args.batch) // step * step
+    bottom = args.batch - (args.batch - args.min_batch) // step * step
+
+    def trains(b):
+        if b not in runs:
+            runs[b] = train(config, b, args, env, logdir)
+        return runs[b]["ok"]
+
+    def more():
+        return len(runs) < args.max_tries and not any(r.get("skipped") for r in runs.values())
+
+    lo, hi = (args.batch, None) if trains(args.batch) else (None, args.batch)
+    stride = step
+    while more():
+        if hi is None and lo < top:
+            b = min(lo + stride, top)
+            if trains(b):
+                lo = b
+            else:
+                hi = b
+        elif lo is None and hi > bottom:
+            b = max(hi - stride, bottom)
+            if trains(b):
+                lo = b
+            else:
+                hi = b
         else:
-            if best is not None or b - args.step in runs:
-                break
-            b -= args.step
-    return best, runs
+            break
+        stride *= 2
+        if lo is not None and hi is not None:
+            break
+    while lo is not None and hi is not None and hi - lo > step and more():
+        b = lo + max(1, (hi - lo) // 2 // step) * step
+        if trains(b):
+            lo = b
+        else:
+            hi = b
+    return lo, runs
+
+
+def timed_at(batch, cruns, pruns, args, env, logdir, notes):
+    """Step times of both configurations at `batch` (caching's largest, if
+    cupool trained it too; None: none): the walks' runs there, then
+    --rounds more of each, interleaved; then one cupool process under
+    CUPOOL_STATS, whose out-of-memory retries and peaks go to the notes.
+    Returns {config: [ms, ...]}."""
+    at = {config: [] for config in CONFIGS}
+    if batch is None:
+        return at
+    if batch not in pruns:
+        pruns[batch] = train("nocache-cupool", batch, args, env, logdir)
+    for config, runs in (("caching", cruns), ("nocache-cupool", pruns)):
+        if runs[batch]["ok"]:
+            at[config].append(runs[batch]["ms"])
+    for _ in range(args.rounds):
+        for config in CONFIGS:
+            r = train(config, batch, args, env, logdir)
+            if r["ok"]:
+                at[config].append(r["ms"])
+    r = train("nocache-cupool", batch, args, env, logdir, stats=True)
+    picked = [l.split(":", 1)[1].strip() for l in r.get("stats", [])
+              if any(k in l for k in ("peak in use", "at the peak reserved", "OOM retries", "time in cupool"))]
+    if picked:
+        notes.append("cupool at batch %d (CUPOOL_STATS): %s" % (batch, "; ".join(picked)))
+    return at
 
 
 def main():
@@ -105,7 +175,9 @@ def main():
     ap.add_argument("--step", type=int, default=8)
     ap.add_argument("--min-batch", type=int, default=8)
     ap.add_argument("--max-batch", type=int, default=256)
-    ap.add_argument("--max-tries", type=int, default=6, help="processes per configuration")
+    ap.add_argument("--max-tries", type=int, default=9, help="processes per configuration's walk")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="more processes of each at the caching allocator's largest batch, interleaved")
     ap.add_argument("--headroom", type=float, default=1.05, help="free memory = caching peak x this")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
@@ -138,17 +210,23 @@ def main():
             rows.append({"config": config, "largest_batch": best,
                          "ms_at_largest": runs[best]["ms"] if best else None,
                          "runs": {str(b): r for b, r in sorted(runs.items())}})
+        (cb, cruns), (pb, pruns) = found["caching"], found["nocache-cupool"]
+        at = timed_at(cb if cb is not None and (pb or 0) >= cb else None, cruns, pruns, args, env, logdir, notes)
     finally:
         holder.kill()
         holder.wait()
-    (cb, cruns), (pb, pruns) = found["caching"], found["nocache-cupool"]
+    for row in rows:
+        row["ms_rounds_at_caching_largest"] = at[row["config"]]
+        row["ms_median_at_caching_largest"] = B.median(at[row["config"]]) if at[row["config"]] else None
     targets.append(B.target("capacity: cupool's largest batch / caching's", B.ratio(pb, cb), ">=", 1.0, "x",
                             "largest batches %s and %s" % (pb, cb)))
-    same = cb if cb is not None and cb in pruns and pruns[cb]["ok"] else None
-    t = B.ratio(pruns[same]["ms"], cruns[same]["ms"]) if same else None
+    t = B.ratio(B.median(at["nocache-cupool"]), B.median(at["caching"])) \
+        if at["caching"] and at["nocache-cupool"] else None
     targets.append(B.target("capacity: cupool / caching, step time at caching's largest batch", t, "<=",
-                            TIME_LIMIT, "x"))
-    B.table(rows, [("config", "config"), ("largest_batch", "largest batch"), ("ms_at_largest", "ms")])
+                            TIME_LIMIT, "x", "medians of %d and %d processes at batch %s"
+                            % (len(at["nocache-cupool"]), len(at["caching"]), cb)))
+    B.table(rows, [("config", "config"), ("largest_batch", "largest batch"), ("ms_at_largest", "ms"),
+                   ("ms_median_at_caching_largest", "median ms at caching's largest")])
     return B.finish(args.out, "capacity", rows, targets, [], errors, vars(args), notes)
 
 

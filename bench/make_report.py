@@ -343,14 +343,18 @@ def section_capacity(results):
     text = ["`bench/capacity_bench.py` (`BENCH_ONLY=capacity scripts/bench-gpu.sh`) holds the card's free memory "
             "down to the caching allocator's peak for the *cnn* workload at its batch (× a headroom) with a "
             "second process, then finds the largest batch that trains beside it under the caching allocator "
-            "and under cupool (default settings, PyTorch's caching off), stepping the batch by 8. The goal: "
-            "cupool's largest batch at least the caching allocator's, its step time at that batch within "
-            "1.03×.\n"]
+            "and under cupool (default settings, PyTorch's caching off), in multiples of 8 (a stride that "
+            "doubles until a batch fails, then halving the gap). At the caching allocator's largest batch both "
+            "run again in interleaved rounds. The goal: cupool's largest batch at least the caching "
+            "allocator's, and the median of its step times at that batch within 1.03× of the caching "
+            "allocator's.\n"]
     if not d:
         text.append("Not measured yet: `BENCH_ONLY=capacity scripts/bench-gpu.sh bench-results`.\n")
         return "\n".join(text)
     text.append(md_table(d.get("rows", []), [("config", "configuration"), ("largest_batch", "largest batch"),
-                                             ("ms_at_largest", "ms per step there")]))
+                                             ("ms_at_largest", "ms per step there"),
+                                             ("ms_median_at_caching_largest",
+                                              "median ms at the caching allocator's largest")]))
     text.append("")
     targets = d.get("targets", [])
     if targets:

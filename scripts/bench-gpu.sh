@@ -213,8 +213,10 @@ want parity && run_stage parity "$parity_cap" "$python" "$src/bench/parity_bench
     --library "$lib" --out "$out" $parity_only
 
 # ---- capacity parity: the largest CNN batch beside a holder of the card's memory ---------------
-# bench/capacity_bench.py: a dozen processes of the parity suite's CNN
-# worker, 6-10 s each.  Not among the default stages (BENCH_ONLY=capacity).
+# bench/capacity_bench.py: about twenty processes of the parity suite's CNN
+# worker, 6-12 s each (two walks to the largest batch, then three
+# interleaved rounds of both at the caching allocator's).  Not among the
+# default stages (BENCH_ONLY=capacity).
 want capacity && run_stage capacity "$budget" "$python" "$src/bench/capacity_bench.py" --cupool "$launcher" \
     --library "$lib" --out "$out"
 

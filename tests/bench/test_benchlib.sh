@@ -300,23 +300,55 @@ if kept or mrows != other or not any("not merged" in n and "GPU A" in n and "GPU
 
 # ---- the capacity test's walk over batches --------------------------------------------
 import capacity_bench as C
-def walk(fits, start=64):
-    """largest() against a fake process that trains every batch up to `fits`."""
+def walk(fits, start=64, runs_before_deadline=None):
+    """largest() against a fake process that trains every batch up to
+    `fits` (and is skipped, as past BENCH_DEADLINE, after so many runs)."""
     tried = []
     def fake_train(config, batch, args, env, logdir):
         tried.append(batch)
+        if runs_before_deadline is not None and len(tried) > runs_before_deadline:
+            return {"ok": False, "skipped": True}
         return {"ok": batch <= fits, "ms": float(batch), "oom": batch > fits}
     saved, C.train = C.train, fake_train
     try:
-        a = types.SimpleNamespace(batch=start, step=8, min_batch=8, max_batch=256, max_tries=6)
+        a = types.SimpleNamespace(batch=start, step=8, min_batch=8, max_batch=256, max_tries=9)
         best, runs = C.largest("caching", a, {}, None)
     finally:
         C.train = saved
     return best, tried
-for fits, want in ((80, (80, [64, 72, 80, 88])), (50, (48, [64, 56, 48])), (4, (None, [64, 56, 48, 40, 32, 24])),
-                   (1000, (104, [64, 72, 80, 88, 96, 104]))):
+for fits, want in ((80, (80, [64, 72, 88, 80])), (50, (48, [64, 56, 40, 48])), (4, (None, [64, 56, 40, 8])),
+                   (1000, (256, [64, 72, 88, 120, 184, 256])), (107, (104, [64, 72, 88, 120, 104, 112])),
+                   (20, (16, [64, 56, 40, 8, 24, 16]))):
     if walk(fits) != want:
         failures.append("capacity walk, batches up to %d fit: %r, want %r" % (fits, walk(fits), want))
+if walk(107, runs_before_deadline=3) != (88, [64, 72, 88, 120]):
+    failures.append("capacity walk past the deadline: %r" % (walk(107, runs_before_deadline=3),))
+
+# The rounds at caching's largest batch: the walks' runs there count, then
+# --rounds of each, interleaved, then one cupool run under CUPOOL_STATS.
+order = []
+def fake_round(config, batch, args, env, logdir, stats=False):
+    order.append((config, batch, stats))
+    got = {"ok": True, "ms": 10.0 + len(order) if config == "caching" else 20.0 + len(order)}
+    if stats:
+        got["stats"] = ["cupool:     peak in use 1.6 GiB, peak reserved 2.4 GiB", "cupool:     pooled allocations 9",
+                        "cupool:     trims 0, OOM retries 2, rewritten memsets 0"]
+    return got
+saved, C.train = C.train, fake_round
+try:
+    notes = []
+    a = types.SimpleNamespace(rounds=2)
+    at = C.timed_at(104, {104: {"ok": True, "ms": 9.0}}, {96: {"ok": True, "ms": 8.0}}, a, {}, None, notes)
+finally:
+    C.train = saved
+want_order = [("nocache-cupool", 104, False), ("caching", 104, False), ("nocache-cupool", 104, False),
+              ("caching", 104, False), ("nocache-cupool", 104, False), ("nocache-cupool", 104, True)]
+if order != want_order or at != {"caching": [9.0, 12.0, 14.0], "nocache-cupool": [21.0, 23.0, 25.0]} or \
+        notes != ["cupool at batch 104 (CUPOOL_STATS): peak in use 1.6 GiB, peak reserved 2.4 GiB; "
+                  "trims 0, OOM retries 2, rewritten memsets 0"]:
+    failures.append("capacity rounds: order %r, times %r, notes %r" % (order, at, notes))
+if C.timed_at(None, {}, {}, a, {}, None, []) != {"caching": [], "nocache-cupool": []}:
+    failures.append("capacity rounds with no common batch ran something")
 
 for f in failures:
     print("test_benchlib: " + f, file=sys.stderr)
