@@ -112,24 +112,16 @@ def largest(config, args, env, logdir):
 
     lo, hi = (args.batch, None) if trains(args.batch) else (None, args.batch)
     stride = step
-    while more():
-        if hi is None and lo < top:
-            b = min(lo + stride, top)
-            if trains(b):
-                lo = b
-            else:
-                hi = b
-        elif lo is None and hi > bottom:
-            b = max(hi - stride, bottom)
-            if trains(b):
-                lo = b
-            else:
-                hi = b
+    # Away from --batch until one batch trains and another does not.
+    while (lo is None) != (hi is None) and more():
+        if hi is None and lo >= top or lo is None and hi <= bottom:
+            break
+        b = min(lo + stride, top) if hi is None else max(hi - stride, bottom)
+        if trains(b):
+            lo = b
         else:
-            break
+            hi = b
         stride *= 2
-        if lo is not None and hi is not None:
-            break
     while lo is not None and hi is not None and hi - lo > step and more():
         b = lo + max(1, (hi - lo) // 2 // step) * step
         if trains(b):
