@@ -31,6 +31,8 @@
 # (parallel sanitizer runs, default 4), TESTS_BUDGET (seconds, default 560),
 # CHECK_BUDGET (seconds make check may take, default TESTS_BUDGET - 300: a
 # test that hangs fails the check instead of eating the sanitizer's time),
+# CHECK_TESTS (space-separated, e.g. "tests/test_modes tests/test_kernel_race":
+# make check runs only those),
 # GPU_TESTS_DRIVER (real, or sim for a dry run of this script without a GPU),
 # SANITIZE_ONLY (space-separated names, e.g. "test_stress loop": only the
 # sanitizer runs of programs whose name contains one of them),
@@ -194,7 +196,7 @@ else
     say "make check CUPOOL_TEST_DRIVER=$driver (up to ${check_budget}s)"
     touch "$out/check/started"
     CUPOOL_TEST_DRIVER=$driver timeout -k 10 "$check_budget" make -C "$build" -j1 check CUPOOL_TEST_DRIVER="$driver" \
-        >>"$out/check/make-check.log" 2>&1
+        ${CHECK_TESTS:+TESTS="$CHECK_TESTS"} >>"$out/check/make-check.log" 2>&1
     rc=$?
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         ran=$(find "$build/tests" -name '*.trs' -newer "$out/check/started" 2>/dev/null | wc -l)
