@@ -263,6 +263,13 @@ static void print_durations(const char *what, u64_vec_t *vec)
            (unsigned long long)percentile(vec, 99), (unsigned long long)vec->v[vec->n - 1]);
 }
 
+/* The bounds of size bucket b, [2^b, 2^(b+1)), as short labels. */
+static void bucket_bounds(int b, char lo[16], char hi[16])
+{
+    short_bytes(ldexp(1, b), lo, 16);
+    short_bytes(ldexp(1, b + 1), hi, 16);
+}
+
 static void print_histogram(const uint64_t *hist)
 {
     uint64_t most = 0;
@@ -272,8 +279,7 @@ static void print_histogram(const uint64_t *hist)
     for (int b = 0; b < BUCKETS; b++) {
         if (!hist[b]) continue;
         char lo[16], hi[16];
-        short_bytes(ldexp(1, b), lo, sizeof lo);
-        short_bytes(ldexp(1, b + 1), hi, sizeof hi);
+        bucket_bounds(b, lo, hi);
         int bar = (int)((hist[b] * 40 + most - 1) / most);
         printf("    [%s, %s) %llu ", lo, hi, (unsigned long long)hist[b]);
         for (int i = 0; i < bar; i++) putchar('#');
@@ -298,8 +304,7 @@ static void print_time_by_size(const device_t *d)
     for (int b = 0; b < BUCKETS; b++) {
         if (!d->hist_ns[b]) continue;
         char lo[16], hi[16];
-        short_bytes(ldexp(1, b), lo, sizeof lo);
-        short_bytes(ldexp(1, b + 1), hi, sizeof hi);
+        bucket_bounds(b, lo, hi);
         printf("    [%s, %s) %.3f ms\n", lo, hi, (double)d->hist_ns[b] / 1e6);
     }
 }
