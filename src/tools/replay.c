@@ -244,6 +244,8 @@ static CUcontext contexts[MAX_DEVICES];
 static size_t baseline_used[MAX_DEVICES];
 static atomic_ullong peak_used[MAX_DEVICES];
 static int sample_memory = 1;
+/* --stats: a cupool run's CUPOOL_STATS summary goes to standard error. */
+static int show_stats;
 static double gap_scale = 0;
 static uint64_t replay_start_ns;
 
@@ -481,8 +483,13 @@ static int run_child(const char *config, const char *path)
                    (unsigned long long)total[m].allocs, (unsigned long long)total[m].free_ns,
                    (unsigned long long)total[m].frees, (unsigned long long)total[m].failures);
     fflush(stdout);
-    /* CUPOOL_STATS=1 (set so that cupool tracks peak_reserved) would print
-     * its summary at exit: the replay's numbers are already out. */
+    /* CUPOOL_STATS=1 (set so that cupool tracks peak_reserved) prints its
+     * summary at exit, after the replay's numbers: asked for (--stats), it
+     * follows a line naming the run; else it is dropped. */
+    if (show_stats && strcmp(config, "native") != 0) {
+        fprintf(stderr, PROG ": %s: cupool's summary of the replay (CUPOOL_STATS):\n", config);
+        return 0;
+    }
     int null = open("/dev/null", O_WRONLY);
     if (null >= 0) dup2(null, STDERR_FILENO);
     return 0;
@@ -668,6 +675,7 @@ static void usage(FILE *f)
             "                    dedicated/auto, default/auto, split/auto (policy:free also accepted)\n"
             "  --gap-scale F     keep the logged gaps between calls, times F (default 0: no gaps)\n"
             "  --no-sample       do not call cuMemGetInfo after each allocation (no peak used)\n"
+            "  --stats           print each cupool run's CUPOOL_STATS summary to standard error\n"
             "  --library PATH    libcupool.so to preload (default $CUPOOL_LIBRARY, else the build\n"
             "                    tree's when run from it, else " CUPOOL_LIBDIR "/libcupool.so)\n"
             "  --json            machine-readable output\n"
@@ -709,6 +717,7 @@ static int parse_args(int argc, char **argv, request_t *req)
         {"configs", required_argument, NULL, 'c'}, {"library", required_argument, NULL, 'L'},
         {"gap-scale", required_argument, NULL, 'g'}, {"no-sample", no_argument, NULL, 'S'},
         {"json", no_argument, NULL, 'j'},          {"child", required_argument, NULL, 'C'},
+        {"stats", no_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
@@ -743,6 +752,10 @@ static int parse_args(int argc, char **argv, request_t *req)
         case 'S':
             sample_memory = 0;
             req->child_args[nchild_args++] = "--no-sample";
+            break;
+        case 's':
+            show_stats = 1;
+            req->child_args[nchild_args++] = "--stats";
             break;
         case 'j': req->json = 1; break;
         case 'C': req->child = optarg; break;

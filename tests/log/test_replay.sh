@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # cupool-replay on tests/log/sample.jsonl against the test driver: a row of
 # numbers per configuration, every allocation and free of the trace made in
-# each, the JSON output well-formed, and bad arguments refused.  On
+# each, the JSON output well-formed, --stats' summaries, and bad arguments
+# refused.  On
 # tests/log/kinds.jsonl: pinned host and managed memory replayed with their
 # own calls and flags, each kind's times in a table of its own; and on a
 # real log of gen_kinds under cupool, every call of each kind replayed.
@@ -162,6 +163,20 @@ fi
 # Gaps kept (scaled down) still replay the whole trace.
 "$replay" --configs dedicated/auto --gap-scale 0.1 "$sample" >"$tmp/gaps" || fail "--gap-scale failed"
 grep -q '^dedicated/auto ' "$tmp/gaps" || fail "no row with --gap-scale"
+
+# --stats: a cupool run's CUPOOL_STATS summary on standard error, after a
+# line naming its configuration; none for native, none without --stats
+# (the first replay above).
+"$replay" --stats --configs native,dedicated/ordered --no-sample "$sample" >"$tmp/stats" 2>"$tmp/stats.err" ||
+    { cat "$tmp/stats.err"; fail "--stats failed"; }
+grep -q '^dedicated/ordered ' "$tmp/stats" || fail "no row with --stats"
+grep -qx "cupool-replay: dedicated/ordered: cupool's summary of the replay (CUPOOL_STATS):" "$tmp/stats.err" ||
+    { cat "$tmp/stats.err"; fail "--stats: no line naming the run"; }
+[ "$(grep -c '^cupool: statistics for pid .*free mode ordered' "$tmp/stats.err")" = 1 ] ||
+    { cat "$tmp/stats.err"; fail "--stats: expected the ordered run's summary alone"; }
+grep -q '^cupool:     pooled allocations' "$tmp/stats.err" || fail "--stats: the summary has no device section"
+grep -q 'native: cupool' "$tmp/stats.err" && fail "--stats: a heading for the native run"
+grep -q '^cupool:' "$tmp/err" && fail "a summary without --stats"
 
 # Bad arguments.
 "$replay" --configs bogus "$sample" >/dev/null 2>&1 && fail "an unknown configuration was accepted"
