@@ -148,7 +148,7 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
             b->due = c->fences + 1;
             b->kept = ++c->kept;
             cupool_ready_put(c, b, now_ns, c->private_stream);
-            if (oversize && cupool_ready_class(c, b->size)->newest == b) {
+            if (oversize && cupool_ready_class(c, o->size)->newest == b) {
                 CUPOOL_HINT_WRITE(c->ready_oversize, b);
                 CUPOOL_HINT_WRITE(c->oversize_owner, (const void *)&cupool_thread);
                 atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->oversize_kept, 1, memory_order_relaxed);
