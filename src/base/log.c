@@ -801,6 +801,7 @@ static size_t format_call(char *text, const cupool_call_t *c, CUresult result, u
     put_u64(l, end_ns - c->start_ns);
     put_lit(l, ",\"reserved\":");
     put_u64(l, c->reserved);
+    if (c->from_store) put_lit(l, ",\"store\":true");
     if (c->kind != CUPOOL_KIND_DEVICE) {
         if (c->kind == CUPOOL_KIND_HOST) put_lit(l, ",\"kind\":\"host\",\"flags\":");
         else put_lit(l, ",\"kind\":\"managed\",\"flags\":");

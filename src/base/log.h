@@ -22,6 +22,7 @@ typedef struct cupool_call {
     uint64_t reserved;   /* pool bytes reserved after the call, when known */
     int kind;            /* enum cupool_kind: what memory an allocation or free is of */
     unsigned flags;      /* a pinned host or managed allocation's flags */
+    int from_store;      /* an allocation a ready store served: the log's "store" */
 } cupool_call_t;
 
 /* The memory a call allocates or frees: the log's "kind", written for the
@@ -41,6 +42,7 @@ static inline void cupool_call_begin(cupool_call_t *c, int sym)
     c->reserved = 0;
     c->kind = CUPOOL_KIND_DEVICE;
     c->flags = 0;
+    c->from_store = 0;
 }
 /* Counts the call, logs it, returns result unchanged.  Inline: without
  * log or statistics timing (start_ns 0) a call only counts itself. */

@@ -88,6 +88,9 @@ CUmemoryPool cupool_pick_pool(cupool_context_t *c, size_t size);
  * (`ordered`) or on cupool's own stream, complete before it returns.
  * *mode: the free mode it was allocated under.  The driver's answer. */
 CUresult cupool_alloc_block(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size, int *mode);
+/* Blocks the calling thread's allocations took from a ready store so far
+ * (free/ready_store.c): the log marks an allocation that moved it. */
+extern CUPOOL_THREAD_LOCAL unsigned long cupool_store_takes;
 /* Before an allocation that ran out of memory is tried again: the memory
  * the pools keep on c's device may be what is missing.  Every context on
  * the device hands back what it holds freed, the pools trim, and the

@@ -49,6 +49,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     }
     if (!pool) return native_alloc(c, dptr, size, call, 0);
 
+    unsigned long takes = cupool_store_takes;
     CUresult r = cupool_alloc_block(c, pool, dptr, size, &call->mode);
     int asked = 0;
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -76,6 +77,7 @@ static CUresult allocate(CUdeviceptr *dptr, size_t size, cupool_call_t *call)
     cupool_context_used(c, (int64_t)size);
     call->route = CUPOOL_ROUTE_POOL;
     call->ptr = *dptr;
+    call->from_store = cupool_store_takes != takes;
     cupool_stats_alloc(call->device, CUPOOL_ROUTE_POOL, size);
     if (cupool_hot.timing) {
         call->reserved = cupool_context_reserved_recent(c, call->start_ns);

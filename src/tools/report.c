@@ -61,6 +61,7 @@ typedef struct device {
     uint64_t in_use, peak_in_use, reserved, peak_reserved;
     uint64_t *reserved_by_file;
     u64_vec_t alloc_ns, free_ns;
+    u64_vec_t store_ns, pool_ns; /* pooled allocations: served by a ready store, made by the pool */
     uint64_t hist[BUCKETS];
     uint64_t hist_ns[BUCKETS]; /* time in the allocations of each size bucket and in their blocks' frees */
     point_t *points;
@@ -181,6 +182,7 @@ static void account(const trace_t *t, const trace_record_t *r)
         push(&d->alloc_ns, r->dur_ns);
         if (r->route == TRACE_ROUTE_POOL) d->pooled_allocs++, d->pooled_bytes += r->size;
         else d->native_allocs++, d->native_bytes += r->size;
+        if (r->route == TRACE_ROUTE_POOL) push(r->from_store ? &d->store_ns : &d->pool_ns, r->dur_ns);
         if (r->size) {
             d->hist[bucket(r->size)]++;
             d->hist_ns[bucket(r->size)] += r->dur_ns;
@@ -254,11 +256,11 @@ static uint64_t percentile(const u64_vec_t *vec, double p)
 static void print_durations(const char *what, u64_vec_t *vec)
 {
     if (!vec->n) {
-        printf("  %s duration ns: n=0\n", what);
+        printf("  %s: n=0\n", what);
         return;
     }
     qsort(vec->v, vec->n, sizeof *vec->v, cmp_u64);
-    printf("  %s duration ns: n=%zu p50=%llu p90=%llu p99=%llu max=%llu\n", what, vec->n,
+    printf("  %s: n=%zu p50=%llu p90=%llu p99=%llu max=%llu\n", what, vec->n,
            (unsigned long long)percentile(vec, 50), (unsigned long long)percentile(vec, 90),
            (unsigned long long)percentile(vec, 99), (unsigned long long)vec->v[vec->n - 1]);
 }
@@ -346,8 +348,14 @@ static void print_section(const trace_t *t, int mem, int s)
     for (size_t i = 0; i < t->name_count; i++)
         if (d->failures[i]) printf(" %s=%llu", t->names[i][0] ? t->names[i] : "?", (unsigned long long)d->failures[i]), any = 1;
     printf("%s\n", any ? "" : " none");
-    print_durations("alloc", &d->alloc_ns);
-    print_durations("free", &d->free_ns);
+    print_durations("alloc duration ns", &d->alloc_ns);
+    /* A log that marks the allocations its stores served ("store"): what
+     * a block from a store cost against one the pool made. */
+    if (d->store_ns.n) {
+        print_durations("store alloc duration ns", &d->store_ns);
+        print_durations("pool alloc duration ns", &d->pool_ns);
+    }
+    print_durations("free duration ns", &d->free_ns);
     print_histogram(d->hist);
     print_time_by_size(d);
 }

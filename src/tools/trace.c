@@ -153,6 +153,9 @@ static const char *record_of(trace_t *t, const char *text, size_t len, trace_rec
         else if (mem >= 0) r->mem = (uint8_t)mem;
         r->has_kind = 1;
     }
+    const jsonl_field_t *store = jsonl_get(&line, "store");
+    if (store && store->type != JSONL_TRUE && store->type != JSONL_FALSE) return "bad \"store\" (want true or false)";
+    r->from_store = store && store->type == JSONL_TRUE;
     if (jsonl_get(&line, "flags")) {
         if (jsonl_get_i64(&line, "flags", &i64) != 0 || i64 < 0 || i64 > UINT32_MAX) return "bad \"flags\"";
         r->flags = (uint32_t)i64;

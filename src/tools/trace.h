@@ -40,6 +40,7 @@ typedef struct trace_record {
     uint8_t mem;         /* TRACE_MEM_*: allocations and frees */
     uint8_t has_kind;    /* the line has a "kind" field */
     uint8_t has_flags;
+    uint8_t from_store;  /* an allocation a ready store served ("store": true) */
     uint32_t flags;      /* host and managed allocations: the "flags" field */
     int32_t dev;         /* -1 unknown */
     int32_t tid;         /* 0 when absent */

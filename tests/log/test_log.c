@@ -8,6 +8,8 @@
  *            their frees and one bad free: every line is JSON, one start line
  *            with the child's pid, then exactly these calls with their sizes,
  *            routes, pointers and results;
+ *   store    an allocation a ready store served carries "store": true, and
+ *            no other line carries "store" (with the store off, none);
  *   fork     %p names a separate file for a child started with fork + exec;
  *   symlink  a symbolic link at the log path is refused with a warning and
  *            the program runs on;
@@ -70,6 +72,21 @@ static int child_calls(void)
     CUresult r = cuMemFree(BAD_POINTER);
     CHECK_NE(r, CUDA_SUCCESS);
     printf("badfree %s\n", check_result_name(r));
+    return 0;
+}
+
+/* An allocation, its free, the same size again (from the store unless it is
+ * off), its free, and another size (from the pool). */
+static int child_store(void)
+{
+    tl_init(0);
+    CUdeviceptr p;
+    CHECK_CU(cuMemAlloc(&p, 4096));
+    CHECK_CU(cuMemFree(p));
+    CHECK_CU(cuMemAlloc(&p, 4096));
+    CHECK_CU(cuMemFree(p));
+    CHECK_CU(cuMemAlloc(&p, 8192));
+    CHECK_CU(cuMemFree(p));
     return 0;
 }
 
@@ -379,6 +396,7 @@ typedef struct entry {
     char call[64], result[64], route[16];
     uint64_t t, size, ptr;
     int64_t pid, tid, dev;
+    int store; /* "store": 0 absent, 1 true, -1 anything else */
 } entry_t;
 
 static int python_available = -1;
@@ -423,6 +441,8 @@ static int read_log(const char *path, entry_t *out, int max)
         jsonl_get_i64(&line, "pid", &e->pid);
         jsonl_get_i64(&line, "tid", &e->tid);
         jsonl_get_i64(&line, "dev", &e->dev);
+        const jsonl_field_t *store = jsonl_get(&line, "store");
+        e->store = !store ? 0 : store->type == JSONL_TRUE ? 1 : -1;
         if (jsonl_get(&line, "ptr") && jsonl_get_ptr(&line, "ptr", &e->ptr) != 0)
             CHECK_FAIL("%s:%d: bad \"ptr\": %s", path, lineno, text);
         if (strncmp(e->call, "cupool.", 7) != 0) {
@@ -594,6 +614,7 @@ static void test_calls(void)
         CHECK_STR_EQ(e->result, "CUDA_SUCCESS");
         CHECK_EQ(e->dev, 0);
         CHECK_NE(e->ptr, 0);
+        CHECK_EQ(e->store, 0); /* every size is new */
         ptrs[a++] = e->ptr;
     }
     /* Frees in reverse order; pooled ones carry the block size. */
@@ -622,6 +643,26 @@ static void test_calls(void)
     }
     CHECK_EQ(f, 0);
     CHECK_EQ(bad, 1);
+}
+
+/* The allocations of child_store: with the store on (ordered), the second
+ * carries "store": true and nothing else carries "store"; with it off,
+ * nothing does. */
+static void test_store(void)
+{
+    char logfile[PATH_BYTES];
+    static const char *const settings[] = {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0"};
+    for (int off = 0; off < 2; off++) {
+        int n = run_logged("store", settings[off], logfile);
+        int allocs = 0;
+        for (int i = 0; i < n; i++) {
+            const entry_t *e = &entries[i];
+            int alloc = strcmp(e->call, "cuMemAlloc_v2") == 0;
+            CHECK_EQ(e->store, alloc && allocs == 1 && !off ? 1 : 0);
+            allocs += alloc;
+        }
+        CHECK_EQ(allocs, 3);
+    }
 }
 
 static void test_fork(void)
@@ -801,6 +842,7 @@ int main(int argc, char **argv)
     self = argv[0];
     if (argc > 1) {
         if (strcmp(argv[1], "calls") == 0) return child_calls();
+        if (strcmp(argv[1], "store") == 0) return child_store();
         if (strcmp(argv[1], "fork") == 0) return child_fork(argv[0]);
         if (strcmp(argv[1], "forked") == 0) return child_forked();
         if (strcmp(argv[1], "level") == 0) return child_level();
@@ -826,6 +868,7 @@ int main(int argc, char **argv)
     CHECK_TRUE(entries != NULL);
 
     test_calls();
+    test_store();
     test_fork();
     test_symlink();
     test_level();

@@ -58,7 +58,7 @@ exp = {}
 def dev(name):
     return exp.setdefault(name, dict(calls={}, allocs=0, pooled=0, native=0, bytes=0, frees=0,
                                      in_use=0, peak=0, reserved=0, peak_reserved=0, failures={},
-                                     alloc_ns=[], free_ns=[], hist={}, time={}))
+                                     alloc_ns=[], free_ns=[], store_ns=[], pool_ns=[], hist={}, time={}))
 live = {}
 for r in records:
     call = r["call"]
@@ -84,6 +84,8 @@ for r in records:
         s["pooled" if r["route"] == "pool" else "native"] += 1
         s["bytes"] += r["size"]
         s["alloc_ns"].append(r["dur_ns"])
+        if r["route"] == "pool":
+            s["store_ns" if r.get("store") is True else "pool_ns"].append(r["dur_ns"])
         if r["size"]:
             b = r["size"].bit_length() - 1
             s["hist"][b] = s["hist"].get(b, 0) + 1
@@ -138,11 +140,17 @@ for name, s in exp.items():
         check(name, "peak reserved", g.get("peak reserved"), None)
     fails = " ".join("%s=%d" % kv for kv in sorted(s["failures"].items())) or "none"
     check(name, "failures", " ".join(sorted(g["failures"].split())), fails)
-    ns = sorted(s["alloc_ns"])
-    if ns:
+    def durations(ns):
+        ns = sorted(ns)
         rank = lambda p: ns[max(1, math.ceil(p / 100 * len(ns))) - 1]
-        want = "n=%d p50=%d p90=%d p99=%d max=%d" % (len(ns), rank(50), rank(90), rank(99), ns[-1])
-        check(name, "alloc duration", g["alloc duration ns"], want)
+        return "n=%d p50=%d p90=%d p99=%d max=%d" % (len(ns), rank(50), rank(90), rank(99), ns[-1]) if ns else "n=0"
+    if s["alloc_ns"]:
+        check(name, "alloc duration", g["alloc duration ns"], durations(s["alloc_ns"]))
+    # Allocations a store served, against those the pool made: only for a
+    # log that marks some ("store": true).
+    for key in ("store", "pool"):
+        check(name, key + " alloc duration", g.get(key + " alloc duration ns"),
+              durations(s[key + "_ns"]) if s["store_ns"] else None)
 
     a, f = sum(s["alloc_ns"]), sum(s["free_ns"])
     check(name, "time in calls", g["time in calls"],
@@ -207,6 +215,22 @@ PY
 }
 run_checks "$sample"
 cp "$tmp/sample.summary" "$tmp/summary"
+# The same log with every third pooled allocation marked as served by a
+# store: its durations apart from the pool's.
+python3 - "$sample" >"$tmp/stored.jsonl" <<'PY'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("call", "").startswith("cuMemAlloc") and r.get("route") == "pool":
+        n += 1
+        if n % 3 == 0:
+            r["store"] = True
+    print(json.dumps(r, separators=(",", ":")))
+PY
+grep -q '"store":true' "$tmp/stored.jsonl" || fail "no allocation marked as served by a store"
+run_checks "$tmp/stored.jsonl"
+grep -q '^  store alloc duration ns: n=' "$tmp/stored.summary" || fail "no line for the store's allocations"
 run_checks "$kinds"
 
 # kinds.jsonl worked out by hand: pinned host memory peaks at 69632 bytes

@@ -284,6 +284,8 @@ void cupool_ready_put(cupool_context_t *c, freed_block_t *b, uint64_t fenced_ns,
     CUPOOL_HINT_WRITE(c->ready_bytes, c->ready_bytes + b->size);
 }
 
+CUPOOL_THREAD_LOCAL unsigned long cupool_store_takes;
+
 /* Hands the oldest block of its size (rs, not empty) to an allocation, in
  * `deferred` or `ordered`, and counts it.  c->lock held. */
 CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
@@ -293,6 +295,7 @@ CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
     CUdeviceptr ptr = b->ptr;
     cupool_give_record(&c->spare_blocks, b);
     atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->ready_reuses, 1, memory_order_relaxed);
+    cupool_store_takes++;
     return ptr;
 }
 
