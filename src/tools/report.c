@@ -180,9 +180,12 @@ static void account(const trace_t *t, const trace_record_t *r)
     }
     if (r->kind == TRACE_ALLOC) {
         push(&d->alloc_ns, r->dur_ns);
-        if (r->route == TRACE_ROUTE_POOL) d->pooled_allocs++, d->pooled_bytes += r->size;
-        else d->native_allocs++, d->native_bytes += r->size;
-        if (r->route == TRACE_ROUTE_POOL) push(r->from_store ? &d->store_ns : &d->pool_ns, r->dur_ns);
+        if (r->route == TRACE_ROUTE_POOL) {
+            d->pooled_allocs++, d->pooled_bytes += r->size;
+            push(r->from_store ? &d->store_ns : &d->pool_ns, r->dur_ns);
+        } else {
+            d->native_allocs++, d->native_bytes += r->size;
+        }
         if (r->size) {
             d->hist[bucket(r->size)]++;
             d->hist_ns[bucket(r->size)] += r->dur_ns;
