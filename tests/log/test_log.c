@@ -9,7 +9,8 @@
  *            with the child's pid, then exactly these calls with their sizes,
  *            routes, pointers and results;
  *   store    an allocation a ready store served carries "store": true, and
- *            no other line carries "store" (with the store off, none);
+ *            no other line carries "store" (in `sync`, which keeps nothing,
+ *            none);
  *   fork     %p names a separate file for a child started with fork + exec;
  *   symlink  a symbolic link at the log path is refused with a warning and
  *            the program runs on;
@@ -645,13 +646,14 @@ static void test_calls(void)
     CHECK_EQ(bad, 1);
 }
 
-/* The allocations of child_store: with the store on (ordered), the second
- * carries "store": true and nothing else carries "store"; with it off,
- * nothing does. */
+/* The allocations of child_store: in `ordered` the second carries "store":
+ * true and nothing else carries "store"; in `sync`, which keeps nothing,
+ * nothing does (each setting overrides the free mode test_free_modes
+ * forces). */
 static void test_store(void)
 {
     char logfile[PATH_BYTES];
-    static const char *const settings[] = {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=0"};
+    static const char *const settings[] = {"CUPOOL_FREE=ordered", "CUPOOL_FREE=sync"};
     for (int off = 0; off < 2; off++) {
         int n = run_logged("store", settings[off], logfile);
         int allocs = 0;
