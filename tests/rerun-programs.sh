@@ -49,6 +49,11 @@ for p in $programs; do
     77) echo "$what skipped: $p (the program skips itself here)" ;;
     *)
         echo "$what FAILED: $p (exit status $rc)"
+        # The lines that say what failed (a check's file:line, a case's
+        # FAILED), when the last 60 lines below may have left them out.
+        if [ "$(wc -l <"$out/$name.log")" -gt 60 ]; then
+            grep -E '^[^ ]+\.[ch]:[0-9]+: |: FAILED$' "$out/$name.log" | head -n 20 | sed 's/^/    what failed: /'
+        fi
         sed 's/^/    /' "$out/$name.log" | tail -n 60
         failed=1
         ;;
