@@ -349,15 +349,15 @@ void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
 void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
-    cupool_ready_list_t *large = &c->ready[READY_LARGE];
-    if (size < MISS_GIVES_BACK || !(large->oldest || c->ready_oversize)) return;
+    if (size < MISS_GIVES_BACK) return;
     uint64_t back = 0;
-    while (back < size && (large->oldest || c->ready_oversize)) {
-        /* The block larger than the store first: most room, one call. */
-        const freed_block_t *b = c->ready_oversize ? c->ready_oversize : large->oldest;
+    const freed_block_t *b;
+    /* The block larger than the store first: most room, one call. */
+    while (back < size && (b = c->ready_oversize ? c->ready_oversize : c->ready[READY_LARGE].oldest)) {
         back += b->size;
         cupool_ready_evict(c, b, stream);
     }
+    if (!back) return;
     cupool_device_stats_t *st = cupool_stats_for(c->ordinal);
     atomic_fetch_add_explicit(&st->misses_given_back, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->given_back_bytes, back, memory_order_relaxed);
