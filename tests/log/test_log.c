@@ -76,8 +76,8 @@ static int child_calls(void)
     return 0;
 }
 
-/* An allocation, its free, the same size again (from the store unless it is
- * off), its free, and another size (from the pool). */
+/* An allocation, its free, the same size again (from the store, in a mode
+ * that keeps freed blocks), its free, and another size (from the pool). */
 static int child_store(void)
 {
     tl_init(0);
