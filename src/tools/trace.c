@@ -16,10 +16,14 @@
 #include "jsonl.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 void *trace_xrealloc(void *p, size_t n)
 {
@@ -170,20 +174,82 @@ static const char *record_of(trace_t *t, const char *text, size_t len, trace_rec
     return NULL;
 }
 
-int trace_read(trace_t *t, const char *path, const char *prog)
+/*
+ * A log compressed with gzip (the examples ship so; a long run's log is best
+ * kept so) is read through "gzip -dc", so that no compression library is
+ * needed.  Its first byte tells: 0x1f never starts a line of JSON.
+ */
+static FILE *open_gzip(const char *path, const char *prog, pid_t *gzip)
 {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        fprintf(stderr, "%s: cannot read %s: %s\n", prog, path, strerror(errno));
+        return NULL;
+    }
+    posix_spawn_file_actions_t acts;
+    posix_spawn_file_actions_init(&acts);
+    posix_spawn_file_actions_adddup2(&acts, fds[1], STDOUT_FILENO);
+    char *argv[] = {"gzip", "-dc", "--", (char *)path, NULL};
+    int err = posix_spawnp(gzip, "gzip", &acts, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&acts);
+    close(fds[1]);
+    if (err != 0) {
+        close(fds[0]);
+        fprintf(stderr, "%s: %s is compressed with gzip, and gzip cannot be run: %s\n", prog, path, strerror(err));
+        return NULL;
+    }
+    FILE *f = fdopen(fds[0], "r");
+    if (!f) {
+        close(fds[0]);
+        waitpid(*gzip, NULL, 0);
+    }
+    return f;
+}
+
+/* The log at path ("-": standard input), or NULL after saying why not. */
+static FILE *open_log(const char *path, const char *prog, pid_t *gzip)
+{
+    *gzip = -1;
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
     if (!f) {
         fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno));
-        return -1;
+        return NULL;
     }
     /* fopen opens a directory for reading; its first read fails (EISDIR). */
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "%s: %s is a directory, not a log\n", prog, path);
+    const char *why = NULL;
+    int first = EOF;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) why = "is a directory, not a log";
+    else if ((first = getc(f)) == 0x1f && f == stdin) why = "is compressed: give its path, or pipe it through zcat";
+    if (why) {
+        fprintf(stderr, "%s: %s %s\n", prog, f == stdin ? "standard input" : path, why);
         if (f != stdin) fclose(f);
-        return -1;
+        return NULL;
     }
+    if (first == 0x1f) {
+        fclose(f);
+        return open_gzip(path, prog, gzip);
+    }
+    if (first != EOF) ungetc(first, f);
+    return f;
+}
+
+/* Closes what open_log opened; nonzero when gzip found the file damaged (it has said how). */
+static int close_log(FILE *f, pid_t gzip)
+{
+    if (f != stdin) fclose(f);
+    if (gzip < 0) return 0;
+    int status;
+    while (waitpid(gzip, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+int trace_read(trace_t *t, const char *path, const char *prog)
+{
+    pid_t gzip;
+    FILE *f = open_log(path, prog, &gzip);
+    if (!f) return -1;
     if (t->name_count == 0) intern(t, ""); /* index 0: no result */
     char *text = NULL;
     size_t size = 0;
@@ -215,7 +281,7 @@ int trace_read(trace_t *t, const char *path, const char *prog)
     }
     int unreadable = ferror(f);
     free(text);
-    if (f != stdin) fclose(f);
+    unreadable |= close_log(f, gzip);
     if (!t->quiet && rejected > TRACE_SHOWN_REJECTS)
         fprintf(stderr, "%s: %s: %zu more malformed lines skipped (%zu in all)\n", prog, path,
                 rejected - TRACE_SHOWN_REJECTS, rejected);

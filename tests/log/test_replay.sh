@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # cupool-replay on tests/log/sample.jsonl against the test driver: a row of
 # numbers per configuration, every allocation and free of the trace made in
-# each, the JSON output well-formed, --stats' summaries, and bad arguments
-# refused.  On
+# each, the JSON output well-formed, --stats' summaries, the same trace read
+# from a gzip log, and bad arguments refused.  On
 # tests/log/kinds.jsonl: pinned host and managed memory replayed with their
 # own calls and flags, each kind's times in a table of its own; and on a
 # real log of gen_kinds under cupool, every call of each kind replayed.
@@ -30,6 +30,12 @@ cat "$tmp/table" "$tmp/err"
 head -n 1 "$tmp/table" | grep -q ": $allocs allocations, " || fail "expected $allocs allocations in the header"
 frees=$(head -n 1 "$tmp/table" | sed -n 's/.* allocations, \([0-9]*\) frees.*/\1/p')
 [ -n "$frees" ] && [ "$frees" -gt 0 ] || fail "no frees in the header"
+gzip -c "$sample" >"$tmp/sample.jsonl.gz"
+"$replay" -n 1 --configs native "$tmp/sample.jsonl.gz" >"$tmp/gz.table" 2>"$tmp/gz.err" ||
+    { cat "$tmp/gz.err"; fail "cupool-replay failed on a gzip log"; }
+trace_of() { head -n 1 "$1" | sed 's/^cupool-replay: [^:]*: \(.*\); [^;]*$/\1/'; } # the header without the log's name and the runs
+[ "$(trace_of "$tmp/gz.table")" = "$(trace_of "$tmp/table")" ] ||
+    { head -n 1 "$tmp/gz.table" "$tmp/table"; fail "a gzip log's header differs from the plain log's"; }
 
 number='[0-9][0-9.]*'
 for config in native dedicated/ordered dedicated/deferred dedicated/sync dedicated/auto default/auto split/auto; do

@@ -9,7 +9,9 @@
 # than device memory, and a bar per size class; and the device sections
 # and picture of a log do not change when its host and managed lines go.
 # Malformed lines are named ten a log at most, then counted; a directory
-# as a log and a picture that cannot be written get a clear message.
+# as a log and a picture that cannot be written get a clear message.  A
+# log compressed with gzip reads as the plain one; a cut one, or one on
+# standard input, is refused with a clear message.
 # Last, real logs: gen_kinds run under cupool (run-test.sh has set
 # CUPOOL_LIBRARY and the simulated driver), with the kept store and without
 # (CUPOOL_HOST=0 CUPOOL_MANAGED=0), read the same way and compared with what
@@ -401,5 +403,24 @@ grep -q 'no usable lines' "$tmp/dir.err" && fail "a directory was called a log w
 [ $? -eq 1 ] || fail "an unwritable picture was not refused with status 1"
 grep -qx 'cupool-report: cannot write /nonexistent/x.svg: No such file or directory' "$tmp/out.err" ||
     { cat "$tmp/out.err"; fail "an unwritable picture: no message with the program's name"; }
+
+# A log compressed with gzip gives the same summary and picture as the
+# plain log.  Cut short, gzip names the damage and the report fails; on
+# standard input it is refused (it cannot be handed to gzip by path).
+gzip -9 -c "$sample" >"$tmp/gz.jsonl.gz"
+"$report" -o "$tmp/plain.svg" "$sample" >"$tmp/plain.summary" 2>&1 || fail "cupool-report failed on $sample"
+"$report" -o "$tmp/gz.svg" "$tmp/gz.jsonl.gz" >"$tmp/gz.summary" 2>&1 || { cat "$tmp/gz.summary"; fail "cupool-report failed on a gzip log"; }
+sed -e "s|$tmp/gz.jsonl.gz|$sample|" -e "s|$tmp/gz.svg|$tmp/plain.svg|" "$tmp/gz.summary" | cmp -s - "$tmp/plain.summary" ||
+    { diff "$tmp/plain.summary" "$tmp/gz.summary"; fail "a gzip log's summary differs from the plain log's"; }
+sed "s|$tmp/gz.jsonl.gz|$sample|g" "$tmp/gz.svg" | cmp -s - "$tmp/plain.svg" || fail "a gzip log's picture differs from the plain log's"
+head -c 600 "$tmp/gz.jsonl.gz" >"$tmp/cut.jsonl.gz"
+"$report" -o "$tmp/cut.svg" "$tmp/cut.jsonl.gz" >/dev/null 2>"$tmp/cut.err"
+[ $? -eq 1 ] || fail "a cut gzip log was not refused with status 1"
+grep -q '^gzip: .*cut.jsonl.gz: unexpected end of file' "$tmp/cut.err" || { cat "$tmp/cut.err"; fail "a cut gzip log: gzip did not say so"; }
+grep -qx "cupool-report: error reading $tmp/cut.jsonl.gz" "$tmp/cut.err" || { cat "$tmp/cut.err"; fail "a cut gzip log: no error"; }
+"$report" -o "$tmp/in.svg" - <"$tmp/gz.jsonl.gz" >/dev/null 2>"$tmp/in.err"
+[ $? -eq 1 ] || fail "a gzip log on standard input was not refused with status 1"
+grep -qx 'cupool-report: standard input is compressed: give its path, or pipe it through zcat' "$tmp/in.err" ||
+    { cat "$tmp/in.err"; fail "a gzip log on standard input: no clear message"; }
 echo "test_report: ok"
 exit 0
