@@ -328,14 +328,22 @@ int hm_case_advice_mapping(void)
     size_t mapping = 0;
     for (int i = 0; i < N; i++) blocks[i] = hm_take(&k, NULL), base[i] = mapping_base(blocks[i]);
     CHECK_CU(cuPointerGetAttribute(&mapping, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, (CUdeviceptr)(uintptr_t)blocks[0]));
-    /* The advised block and one in use beside it: two blocks wholly in one mapping. */
-    int advised = -1, beside = -1;
-    for (int i = 0; i < N && beside < 0; i++)
-        for (int j = i + 1; j < N && beside < 0; j++)
-            if (base[i] == base[j] && (uintptr_t)blocks[i] + k.size <= base[i] + mapping &&
-                (uintptr_t)blocks[j] + k.size <= base[j] + mapping)
-                advised = i, beside = j;
-    CHECK_TRUE(beside >= 0);
+    /* The advised block and one in use beside it: two blocks wholly in the
+     * mapping that holds the most blocks, so that it holds others too
+     * (where the process's other memory leaves a mapping room for only a
+     * few of them, the first mapping may hold no third). */
+    int advised = -1, beside = -1, most = 0;
+    for (int i = 0; i < N; i++) {
+        int with = 0, other = -1;
+        for (int j = 0; j < N; j++)
+            if (base[j] == base[i] && (uintptr_t)blocks[j] + k.size <= base[j] + mapping) {
+                with++;
+                if (j != i) other = j;
+            }
+        if ((uintptr_t)blocks[i] + k.size <= base[i] + mapping && other >= 0 && with > most)
+            most = with, advised = i, beside = other;
+    }
+    CHECK_TRUE(most >= 3);
     uintptr_t lo = base[advised], hi = lo + mapping;
     /* Every other block freed (kept where this run keeps managed memory),
      * those of the mapping and the others in turn, one of the others
