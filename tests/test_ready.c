@@ -64,11 +64,6 @@
  *               CUPOOL_STATS counts the three such blocks kept.
  *   ordered-over-cap-threads: while the store holds such a block one
  *               thread freed, one another thread frees goes straight back.
- *   ordered-small-kept: blocks under 1 MiB stay in the store while larger
- *               blocks pass through it past its cap and a large miss makes
- *               room, and serve their sizes again with no pool call.
- *   ordered-small-quarter: blocks under 1 MiB keep a quarter of the cap:
- *               the newest that fit stay, older ones go back.
  *   ordered-switch: auto moving to `deferred` (two streams given work by
  *               turns) synchronizes the context, so a block `ordered` kept
  *               then serves with no event at all.
@@ -269,17 +264,15 @@ static int ordered_reuse(void)
 /* Many sizes, each freed and taken again three times over: every
  * allocation after the first round is the block its size freed (the lists
  * of sizes emptied by the takes outnumber what the store keeps of them,
- * so some are dropped and added again).  Their 11 MiB fit in the part of
- * the store blocks under 1 MiB have. */
+ * so some are dropped and added again). */
 #define MANY_SIZES 600
-#define MANY_STEP 64
 
 static int ordered_many_sizes(void)
 {
     tl_init(0);
     static CUdeviceptr first[MANY_SIZES], again[MANY_SIZES];
     for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < MANY_SIZES; i++) CHECK_CU(cuMemAlloc(&again[i], (size_t)MANY_STEP * (i + 1)));
+        for (int i = 0; i < MANY_SIZES; i++) CHECK_CU(cuMemAlloc(&again[i], (size_t)SMALL * (i + 1)));
         for (int i = 0; i < MANY_SIZES; i++) {
             if (round == 0) first[i] = again[i];
             else CHECK_EQ(again[i], first[i]);
@@ -427,80 +420,6 @@ static int ordered_miss(void)
     CHECK_CU(cuMemFree(again));
     CHECK_CU(cuMemFree(miss));
     CHECK_CU(cuMemFree(small));
-    return 0;
-}
-
-/* In `ordered`, the next allocation of each of n sizes (sizes[i], freed as
- * blocks[i]) is its block from the store: one event on the legacy stream
- * for them all and no pool call, the pool's use unchanged. */
-static void take_all_again(const CUdeviceptr *blocks, const size_t *sizes, int n, CUmemoryPool pool)
-{
-    CHECK_CU(cuCtxSynchronize());
-    uint64_t used = tl_pool_used(pool);
-    long long since = legacy_records();
-    for (int i = 0; i < n; i++) {
-        CUdeviceptr again;
-        CHECK_CU(cuMemAlloc(&again, sizes[i]));
-        CHECK_EQ(again, blocks[i]);
-        CHECK_EQ(tl_pool_used(pool), used);
-    }
-    check_records(since, 1);
-    for (int i = 0; i < n; i++) CHECK_CU(cuMemFree(blocks[i]));
-}
-
-/* Under the default cap (64 MiB): blocks under 1 MiB, freed first, stay in
- * the store while 72 MiB of larger blocks pass through it past its cap
- * and a miss of 40 MiB makes room, and serve their sizes again. */
-#define SMALL_SIZES 16
-#define PASSING (24ull << 20)
-
-static int ordered_small_kept(void)
-{
-    tl_init(0);
-    CUdeviceptr small[SMALL_SIZES], large[3], miss;
-    size_t sizes[SMALL_SIZES];
-    for (int i = 0; i < SMALL_SIZES; i++) CHECK_CU(cuMemAlloc(&small[i], sizes[i] = (size_t)4096 * (i + 1)));
-    for (int i = 0; i < 3; i++) CHECK_CU(cuMemAlloc(&large[i], PASSING));
-    CUmemoryPool pool = tl_pool_of(small[0]);
-    CHECK_TRUE(pool != NULL);
-    double freed_at = seconds_now();
-    for (int i = 0; i < SMALL_SIZES; i++) CHECK_CU(cuMemFree(small[i]));
-    for (int i = 0; i < 3; i++) CHECK_CU(cuMemFree(large[i]));
-    CHECK_CU(cuMemAlloc(&miss, 40ull << 20));
-    if (!store_aged(freed_at)) take_all_again(small, sizes, SMALL_SIZES, pool);
-    CHECK_CU(cuMemFree(miss));
-    return 0;
-}
-
-/* With CUPOOL_ORDERED_READY=8M: blocks under 1 MiB keep a quarter of it,
- * 2 MiB.  Of twelve freed (3.3 MiB), the newest that fit in 2 MiB stay
- * and serve their sizes again; the one before them went back. */
-#define QUARTER_SIZES 12
-
-static int ordered_small_quarter(void)
-{
-    tl_init(0);
-    CUdeviceptr blocks[QUARTER_SIZES], again;
-    size_t sizes[QUARTER_SIZES];
-    for (int i = 0; i < QUARTER_SIZES; i++)
-        CHECK_CU(cuMemAlloc(&blocks[i], sizes[i] = (256u << 10) + (size_t)(i + 1) * 4096));
-    CUmemoryPool pool = tl_pool_of(blocks[0]);
-    CHECK_TRUE(pool != NULL);
-    double freed_at = seconds_now();
-    for (int i = 0; i < QUARTER_SIZES; i++) CHECK_CU(cuMemFree(blocks[i]));
-    int first = QUARTER_SIZES;
-    for (size_t sum = 0; first > 0 && sum + sizes[first - 1] <= (2u << 20); first--) sum += sizes[first - 1];
-    CHECK_TRUE(first > 0);
-    if (store_aged(freed_at)) return 0;
-    take_all_again(blocks + first, sizes + first, QUARTER_SIZES - first, pool);
-    uint64_t used = tl_pool_used(pool);
-    CHECK_CU(cuMemAlloc(&again, sizes[first - 1]));
-    CHECK_CU(cuCtxSynchronize());
-    printf("blocks under 1 MiB under an 8 MiB store: %d of %d kept; the next older one took the pool from %llu to "
-           "%llu\n",
-           QUARTER_SIZES - first, QUARTER_SIZES, (unsigned long long)used, (unsigned long long)tl_pool_used(pool));
-    CHECK_TRUE(tl_pool_used(pool) > used);
-    CHECK_CU(cuMemFree(again));
     return 0;
 }
 
@@ -851,8 +770,6 @@ static const tl_case_t cases[] = {
     {"ordered-over-cap-threads", ordered_over_cap_threads, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-miss", ordered_miss, {"CUPOOL_FREE=ordered", "CUPOOL_STATS=1", NULL}, 0,
      "large allocations the store made room for 1 (stored blocks handed back 8.0 MiB)"},
-    {"ordered-small-kept", ordered_small_kept, {"CUPOOL_FREE=ordered", NULL}, 0},
-    {"ordered-small-quarter", ordered_small_quarter, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-miss-over-cap", ordered_miss, {"CUPOOL_FREE=ordered", "CUPOOL_ORDERED_READY=8M", NULL}, 0},
     {"ordered-limit", limit, {"CUPOOL_FREE=ordered", "CUPOOL_LIMIT=17M", NULL}, 0},
     {"ordered-release", release, {"CUPOOL_FREE=ordered", NULL}, 0},

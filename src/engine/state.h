@@ -39,11 +39,6 @@ typedef struct cupool_device {
 } __attribute__((aligned(64))) cupool_device_t; /* its first fields in one line */
 
 typedef struct freed_block freed_block_t;
-/* The ready store's blocks of one class, oldest first (free/ready_store.c). */
-typedef struct {
-    freed_block_t *oldest, *newest;
-    uint64_t bytes;
-} cupool_ready_list_t;
 typedef struct {
     void *head;
     int count;
@@ -73,7 +68,7 @@ typedef struct {
  * read the device's line or the options'). */
 struct cupool_context {
     CUcontext ctx;
-    uint64_t ready_bytes;                    /* in the ready store (free/ready_store.c, c->lock; read without it
+    freed_block_t *ready_oldest;          /* the store's oldest block (free/ready_store.c, c->lock; read without it
                                                 by an `ordered` allocation, to find the store empty: fields
                                                 read so are written with CUPOOL_HINT_WRITE) */
     CUmemoryPool any_size_pool;              /* the pool of every size, no limit to count; else NULL */
@@ -104,7 +99,8 @@ struct cupool_context {
     cupool_spare_list_t spare_batches;
     cupool_spare_list_t spare_sizes;
     struct ready_size *ready_sizes;          /* freed blocks ready for reuse, by size (free/ready_store.c) */
-    cupool_ready_list_t ready[2];            /* ... oldest first: those under 1 MiB, and the others */
+    freed_block_t *ready_newest;
+    uint64_t ready_bytes;
     int ready_empty;                         /* sizes in ready_sizes whose list is empty (free/ready_store.c) */
     uint64_t fences;                         /* ordered fences recorded so far (free/ordered_keep.c) */
     uint64_t kept;                           /* blocks `ordered` kept so far (free/ordered_keep.c) */

@@ -343,7 +343,7 @@ static void reclaim_locked(cupool_context_t *c, uint64_t keep)
         }
         cupool_give_record(&c->spare_batches, batch);
     }
-    if (c->ready_bytes) cupool_ready_trim(c, cap, cupool_now_ns(), c->private_stream);
+    if (c->ready_oldest) cupool_ready_trim(c, cap, cupool_now_ns(), c->private_stream);
     if (c->held && atomic_load(&cupool_hot.captures) == 0) release_held(c);
     if (cupool_hot.timing) cupool_stats_held(c->ordinal, c->ready_bytes, c->deferred_bytes);
 }
@@ -361,7 +361,7 @@ static CUdeviceptr reclaim_and_take(cupool_context_t *c, uint64_t keep, size_t s
      * them. */
     int waiting = keep == 0 || !cupool_deferred_on_gpu() ? cupool_deferred_waiting(c)
                                                : CUPOOL_HINT_READ(c->pending) || CUPOOL_HINT_READ(c->held);
-    if (!waiting && !(CUPOOL_HINT_READ(c->ready_bytes) && (size || keep == 0))) return 0;
+    if (!waiting && !(CUPOOL_HINT_READ(c->ready_oldest) && (size || keep == 0))) return 0;
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
     reclaim_locked(c, keep);
@@ -455,7 +455,7 @@ void cupool_deferred_drop(cupool_context_t *c, CUstream stream)
         cupool_give_record(&c->spare_batches, batch);
     }
     c->tail = NULL;
-    cupool_ready_release_all(c, stream);
+    while (c->ready_oldest) cupool_ready_evict(c, c->ready_oldest, stream);
     cupool_release_blocks(c, c->pending, stream);
     cupool_release_blocks(c, c->held, stream);
     CUPOOL_HINT_WRITE(c->pending, NULL);

@@ -30,7 +30,7 @@ static inline CUresult ordered_alloc_made(cupool_context_t *c, CUresult r);
 static inline CUresult cupool_ordered_alloc(cupool_context_t *c, CUmemoryPool pool, CUdeviceptr *dptr, size_t size)
 {
     /* An empty store costs one look at the context's first line, no call. */
-    if (CUPOOL_HINT_READ(c->ready_bytes)) {
+    if (CUPOOL_HINT_READ(c->ready_oldest)) {
         CUresult r = cupool_ordered_reuse(c, size, dptr);
         if (r != CUDA_ERROR_NOT_FOUND) return ordered_alloc_made(c, r);
     }

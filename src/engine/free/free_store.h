@@ -92,15 +92,6 @@ static inline void cupool_give_record(cupool_spare_list_t *list, void *record)
  * cost the store its blocks. */
 #define MISS_GIVES_BACK (1ull << 20)
 
-/* The ready store's two classes of blocks (c->ready), each oldest first:
- * those under MISS_GIVES_BACK and the others (ready_store.c says why). */
-enum { READY_SMALL, READY_LARGE };
-
-static inline cupool_ready_list_t *cupool_ready_class(cupool_context_t *c, size_t size)
-{
-    return &c->ready[size >= MISS_GIVES_BACK ? READY_LARGE : READY_SMALL];
-}
-
 /* Whether `deferred` frees go back to their pools at once, ordered on the
  * GPU behind their fences (CUPOOL_DEFERRED_ORDER=gpu, deferred_fence.c),
  * rather than held until the fences have completed (`host`): read by the
@@ -172,11 +163,8 @@ CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size);
  * or its age. */
 void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream);
 /* An allocation of `size` the store has no block for: hands back its oldest
- * blocks of 1 MiB or more, as many bytes as the allocation asks, when
- * size >= MISS_GIVES_BACK. */
+ * blocks, as many bytes as the allocation asks, when size >= MISS_GIVES_BACK. */
 void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream);
-/* Hands every block of the store back to its pool, on `stream`. */
-void cupool_ready_release_all(cupool_context_t *c, CUstream stream);
 /* Returns one block, no longer in the origin table, to its pool (no lock
  * needed); a failure is warned about. */
 CUresult cupool_give_back(CUdeviceptr ptr, CUstream stream);

@@ -93,7 +93,7 @@ CUresult cupool_ordered_reuse(cupool_context_t *c, size_t size, CUdeviceptr *dpt
     CUresult fenced = CUDA_SUCCESS;
     CUdeviceptr ptr = 0;
     pthread_mutex_lock(&c->lock);
-    struct ready_size *rs = c->ready_bytes && cupool_ordered_keeps(size) ? cupool_ready_find(c, size) : NULL;
+    struct ready_size *rs = c->ready_oldest && cupool_ordered_keeps(size) ? cupool_ready_find(c, size) : NULL;
     if (rs && rs->oldest && (rs->oldest->due <= c->fences || (fenced = record_ordered_fence(c)) == CUDA_SUCCESS))
         ptr = cupool_ready_take_oldest(c, rs);
     /* The oldest go back on the legacy stream (their users may still
@@ -148,7 +148,7 @@ int cupool_ordered_keep(cupool_context_t *c, const cupool_origin_t *o)
             b->due = c->fences + 1;
             b->kept = ++c->kept;
             cupool_ready_put(c, b, now_ns, c->private_stream);
-            if (oversize && cupool_ready_class(c, o->size)->newest == b) {
+            if (oversize && c->ready_newest == b) {
                 CUPOOL_HINT_WRITE(c->ready_oversize, b);
                 CUPOOL_HINT_WRITE(c->oversize_owner, (const void *)&cupool_thread);
                 atomic_fetch_add_explicit(&cupool_stats_for(c->ordinal)->oversize_kept, 1, memory_order_relaxed);

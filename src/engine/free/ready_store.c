@@ -74,11 +74,10 @@ uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id)
  * context's next `deferred` allocation of the same size, which it serves
  * under c->lock with no driver call.  (For compute-sanitizer the block simply
  * stays allocated; its allocation is ordered before every stream as before.)
- * A ready block goes back to its pool, oldest of its class first (below),
- * when its class holds more than its part of cupool_ready_cap(), when
- * READY_MAX_AGE_NS have passed since its free (its fence) without a taker
- * (a program that moved on to other sizes), when the context leaves
- * `deferred`, and on out-of-memory (cupool_trim_for_retry).
+ * A ready block goes back to its pool, oldest first, when the store holds
+ * more than cupool_ready_cap(), when READY_MAX_AGE_NS have passed since its free
+ * (its fence) without a taker (a program that moved on to other sizes), when
+ * the context leaves `deferred`, and on out-of-memory (cupool_trim_for_retry).
  * cuMemGetInfo counts the store as free memory.
  * The price is memory: a block waits for its own size, where the pool could
  * have served any smaller request from it: PyTorch on a non-blocking
@@ -88,18 +87,6 @@ uint64_t cupool_deferred_cap(cupool_context_t *c, enum cupool_option id)
  * its fence, not a size the program dropped (the figures: docs/DESIGN.md,
  * "Measured costs behind the code"). */
 #define READY_MAX_AGE_NS 1000000000ull
-
-/* The store's blocks are in two classes, each oldest first (c->ready): those
- * under MISS_GIVES_BACK, and the others.  A training step frees a few
- * dozen sizes under 1 MiB over and over (PyTorch's biases, norms, scalars:
- * a few MiB in all) between activations of tens of MiB, which pass through
- * a store smaller than they are.  In a single list the activations would
- * push the small blocks out, and every large miss would hand back the
- * oldest, the small ones again: each would come back as a pool call and go
- * as another.  So the small ones have a part of the cap of their own,
- * 1 / SMALL_SHARE of it, and neither the larger blocks' frees nor a large
- * miss hands them back (docs/DESIGN.md, "Measured costs behind the code"). */
-#define SMALL_SHARE 4
 
 /* The most the store keeps now: CUPOOL_DEFERRED_READY or
  * CUPOOL_ORDERED_READY as the context's mode says (0 turns it off; `sync`
@@ -163,12 +150,10 @@ static freed_block_t *ready_pop(cupool_context_t *c, struct ready_size *rs)
         rs->newest = NULL;
         if (++c->ready_empty > READY_EMPTY_MAX) ready_drop_empty(c);
     }
-    cupool_ready_list_t *list = cupool_ready_class(c, b->size);
     if (b->older) b->older->newer = b->newer;
-    else list->oldest = b->newer;
+    else CUPOOL_HINT_WRITE(c->ready_oldest, b->newer);
     if (b->newer) b->newer->older = b->older;
-    else list->newest = b->older;
-    list->bytes -= b->size;
+    else c->ready_newest = b->older;
     if (b == c->ready_oversize) CUPOOL_HINT_WRITE(c->ready_oversize, NULL);
     CUPOOL_HINT_WRITE(c->ready_bytes, c->ready_bytes - b->size);
     return b;
@@ -274,13 +259,11 @@ void cupool_ready_put(cupool_context_t *c, freed_block_t *b, uint64_t fenced_ns,
     else rs->oldest = b;
     rs->newest = b;
     b->fenced_ns = fenced_ns;
-    cupool_ready_list_t *list = cupool_ready_class(c, b->size);
     b->newer = NULL;
-    b->older = list->newest;
-    if (list->newest) list->newest->newer = b;
-    else list->oldest = b;
-    list->newest = b;
-    list->bytes += b->size;
+    b->older = c->ready_newest;
+    if (c->ready_newest) c->ready_newest->newer = b;
+    else CUPOOL_HINT_WRITE(c->ready_oldest, b);
+    c->ready_newest = b;
     CUPOOL_HINT_WRITE(c->ready_bytes, c->ready_bytes + b->size);
 }
 
@@ -306,35 +289,22 @@ CUdeviceptr cupool_ready_take_oldest(cupool_context_t *c, struct ready_size *rs)
 CUdeviceptr cupool_ready_take(cupool_context_t *c, size_t size)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
-    struct ready_size *rs = c->ready_bytes ? cupool_ready_find(c, size) : NULL;
+    struct ready_size *rs = c->ready_oldest ? cupool_ready_find(c, size) : NULL;
     if (!rs || !rs->oldest || ready_block_busy(c, rs->oldest)) return 0;
     return cupool_ready_take_oldest(c, rs);
 }
 
-/* Hands back the oldest blocks of one class while they count for more than
- * `cap` (not the block kept though larger than the store, unless nothing
- * may be kept) or the oldest has waited READY_MAX_AGE_NS.  c->lock held. */
-static void trim_class(cupool_context_t *c, cupool_ready_list_t *list, uint64_t cap, int keeps, uint64_t now_ns,
-                       CUstream stream)
-{
-    for (const freed_block_t *b; (b = list->oldest);) {
-        const freed_block_t *over = c->ready_oversize;
-        uint64_t counted = list->bytes - (keeps && over && cupool_ready_class(c, over->size) == list ? over->size : 0);
-        if (counted <= cap && now_ns <= b->fenced_ns + READY_MAX_AGE_NS) return;
-        cupool_ready_evict(c, b, stream);
-    }
-}
-
 /* Returns to the pools what the store should no longer keep: past its cap
- * (0: everything), the blocks under 1 MiB past a quarter of it, or past
- * their age.  c->lock held. */
+ * (0: everything; the block kept though larger than the store does not
+ * count against any other) or its age.  c->lock held. */
 void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstream stream)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
-    cupool_ready_list_t *small = &c->ready[READY_SMALL];
-    trim_class(c, small, cap / SMALL_SHARE, cap != 0, now_ns, stream);
-    uint64_t left = cap > small->bytes ? cap - small->bytes : 0;
-    trim_class(c, &c->ready[READY_LARGE], left, cap != 0, now_ns, stream);
+    for (;;) {
+        uint64_t counted = c->ready_bytes - (cap && c->ready_oversize ? c->ready_oversize->size : 0);
+        if (!c->ready_oldest || (counted <= cap && now_ns <= c->ready_oldest->fenced_ns + READY_MAX_AGE_NS)) return;
+        cupool_ready_evict(c, c->ready_oldest, stream);
+    }
 }
 
 /* An allocation of `size` the store has no block for: its blocks are
@@ -342,42 +312,33 @@ void cupool_ready_trim(cupool_context_t *c, uint64_t cap, uint64_t now_ns, CUstr
  * they wait for sizes that may not come again (without this, PyTorch
  * inference over changing shapes peaks at twice the caching allocator's
  * memory: docs/DESIGN.md, "Measured costs behind the code").  The oldest
- * of 1 MiB or more go back on `stream` (on the legacy stream while their
- * users may still run), where the allocation follows them, so the pool
- * can hand their memory straight on; smaller ones would add little room
- * for the pool calls they cost.  c->lock held. */
+ * go back on `stream` (on the legacy stream while their users may still
+ * run), where the allocation follows them, so the pool can hand their
+ * memory straight on.  c->lock held. */
 void cupool_ready_make_room(cupool_context_t *c, size_t size, CUstream stream)
 {
     CUPOOL_ASSERT_HELD(&c->lock);
-    if (size < MISS_GIVES_BACK) return;
+    if (size < MISS_GIVES_BACK || !c->ready_oldest) return;
     uint64_t back = 0;
-    const freed_block_t *b;
-    /* The block larger than the store first: most room, one call. */
-    while (back < size && (b = c->ready_oversize ? c->ready_oversize : c->ready[READY_LARGE].oldest)) {
+    while (back < size && c->ready_oldest) {
+        /* The block larger than the store first: most room, one call. */
+        const freed_block_t *b = c->ready_oversize ? c->ready_oversize : c->ready_oldest;
         back += b->size;
         cupool_ready_evict(c, b, stream);
     }
-    if (!back) return;
     cupool_device_stats_t *st = cupool_stats_for(c->ordinal);
     atomic_fetch_add_explicit(&st->misses_given_back, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->given_back_bytes, back, memory_order_relaxed);
 }
 
-void cupool_ready_release_all(cupool_context_t *c, CUstream stream)
-{
-    CUPOOL_ASSERT_HELD(&c->lock);
-    for (int k = READY_SMALL; k <= READY_LARGE; k++)
-        while (c->ready[k].oldest) cupool_ready_evict(c, c->ready[k].oldest, stream);
-}
-
 void cupool_ready_return_all(cupool_context_t *c)
 {
     CUPOOL_ASSERT_NOT_HELD(&c->lock);
-    if (!cupool_ready_bytes(c)) return;
+    if (!CUPOOL_HINT_READ(c->ready_oldest)) return;
     int pushed = cupool_enter_context(c->ctx);
     pthread_mutex_lock(&c->lock);
     CUstreamCaptureMode previous = cupool_relaxed_begin();
-    cupool_ready_release_all(c, c->private_stream);
+    while (c->ready_oldest) cupool_ready_evict(c, c->ready_oldest, c->private_stream);
     cupool_relaxed_end(previous);
     pthread_mutex_unlock(&c->lock);
     cupool_leave_context(pushed);
@@ -400,13 +361,12 @@ void cupool_ready_drop_records(cupool_context_t *c)
     /* The ready store holds its sentinel and empty lists alone by now,
      * unless the context's blocks could not be handed back (they died with
      * it). */
-    for (int k = READY_SMALL; k <= READY_LARGE; k++) {
-        for (freed_block_t *b = c->ready[k].oldest, *newer; b; b = newer) {
-            newer = b->newer;
-            free(b);
-        }
-        memset(&c->ready[k], 0, sizeof c->ready[k]);
+    for (freed_block_t *b = c->ready_oldest, *newer; b; b = newer) {
+        newer = b->newer;
+        free(b);
     }
+    CUPOOL_HINT_WRITE(c->ready_oldest, NULL);
+    c->ready_newest = NULL;
     CUPOOL_HINT_WRITE(c->ready_bytes, 0);
     struct ready_size *rs, *tmp;
     HASH_ITER(hh, c->ready_sizes, rs, tmp)
