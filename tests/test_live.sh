@@ -17,45 +17,10 @@
 # the process row and totals and quits on q.
 # Every wait polls with a deadline.  Skipped (77) without python3.
 set -u
-builddir=${CUPOOL_BUILDDIR:-$(pwd)}
-lib=${CUPOOL_LIBRARY:-$builddir/.libs/libcupool.so}
-launcher=$builddir/scripts/cupool
-helper=$builddir/tests/helpers/live_alloc
-CUPOOL_TOP=$builddir/cupool-top
-export CUPOOL_TOP
-command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
-# The interpreter itself: a version manager's python3 shim can take seconds
-# a start, and the checks below start it often.
-python=$(python3 -c 'import sys; print(sys.executable)') || exit 99
-[ -x "$CUPOOL_TOP" ] && [ -x "$helper" ] || { echo "build cupool-top and tests/helpers/live_alloc first"; exit 99; }
-unset LD_PRELOAD CUPOOL_LIVE CUPOOL_STATS CUPOOL_LOG
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cupool-test-live.XXXXXX") || exit 99
-chmod 700 "$tmp"
-# The pages of this test only, wherever other processes publish theirs.
-CUPOOL_LIVE_DIR=$tmp/pages
-export CUPOOL_LIVE_DIR
-mkdir "$CUPOOL_LIVE_DIR"
-uid=$(id -u)
-pids=""
-cleanup() {
-    for d in "$tmp"/run.*; do [ -d "$d" ] && touch "$d/quiet" "$d/exit"; done
-    for p in $pids; do kill "$p" 2>/dev/null; done
-    [ -S "$tmp/tmux.sock" ] && tmux -S "$tmp/tmux.sock" kill-server 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+test_name=test_live
+# shellcheck source=tests/live_env.sh
+. "$(dirname "$0")/live_env.sh"
 fail() { echo "test_live: $*" >&2; exit 1; }
-
-# until SECONDS COMMAND...: runs COMMAND every 50 ms until it succeeds.
-until_ok() {
-    tries=$(($1 * 20))
-    shift
-    while ! "$@"; do
-        tries=$((tries - 1))
-        [ $tries -gt 0 ] || return 1
-        sleep 0.05
-    done
-}
 
 cat >"$tmp/check.py" <<'PY'
 import json, re, socket, sys, time, urllib.request, urllib.error
