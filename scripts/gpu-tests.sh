@@ -36,8 +36,10 @@
 # GPU_TESTS_DRIVER (real, or sim for a dry run of this script without a GPU),
 # SANITIZE_ONLY (space-separated names, e.g. "test_stress loop": only the
 # sanitizer runs of programs whose name contains one of them),
-# GPU_TESTS_SKIP_CHECK=1 (build the test programs but skip make check: the
-# sanitizer runs and proofs alone).
+# GPU_TESTS_PARTS (space-separated, default "check sanitizer proofs ipc":
+# the numbered steps 2 to 5 this run makes; the build always runs and
+# builds the test programs, so that "sanitizer" alone, with SANITIZE_ONLY,
+# fits a short call).
 set -u
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -125,6 +127,15 @@ if [ "${1:-}" = "--sanitize" ]; then
     exit 0
 fi
 
+parts=${GPU_TESTS_PARTS:-check sanitizer proofs ipc}
+for p in $parts; do
+    case $p in
+    check | sanitizer | proofs | ipc) ;;
+    *) echo "gpu-tests.sh: GPU_TESTS_PARTS: '$p' is not one of check, sanitizer, proofs, ipc" >&2; exit 2 ;;
+    esac
+done
+# Is PART among the parts this run makes?
+part() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 out=${1:-gpu-test-results}
 mkdir -p "$out/check" "$out/sanitizer" "$out/proofs" || exit 1
 out=$(cd "$out" && pwd)
@@ -189,8 +200,8 @@ fi
 # The test programs build in parallel; the tests run one at a time
 # (test_oom takes the whole device), within CHECK_BUDGET seconds.
 make -C "$build" -j"$jobs" check TESTS= >"$out/check/make-check.log" 2>&1 || record "make-check FAIL building the tests"
-if [ "${GPU_TESTS_SKIP_CHECK:-0}" = 1 ]; then
-    say "make check skipped (GPU_TESTS_SKIP_CHECK=1): the test programs are only built"
+if ! part check; then
+    say "make check not among GPU_TESTS_PARTS: the test programs are only built"
 else
     say "make check CUPOOL_TEST_DRIVER=$driver (up to ${check_budget}s)"
     touch "$out/check/started"
@@ -222,132 +233,141 @@ first=$(find "$build/tests" -maxdepth 1 -type f -perm -u+x -name 'test_*' 2>/dev
 [ -n "$first" ] && ldd "$first" 2>/dev/null | grep libcuda | sed 's/^/driver seen by tests: /'
 
 # ---- bench/loop.cu (for the sanitizer and the proofs) ---------------------------------------
+# The CUDA programs this script builds (loop, host_loop, simpleIPC) go here.
 bindir=$build/bench-loop
 mkdir -p "$bindir"
-# The CUDA runtime programs, each built against the static and the shared
-# cudart: NAME SOURCE.
-cudart_programs="loop $src/bench/loop.cu host_loop $src/tests/gpu/host_loop.cu"
-# shellcheck disable=SC2086 # name and source pairs
-set -- $cudart_programs
-while [ $# -ge 2 ]; do
-    prog=$1 source=$2
-    shift 2
-    for kind in static shared; do
-        bin=$bindir/${prog}_$kind
-        [ -x "$bin" ] && [ -z "$(find "$source" "$src/bench/cudart_check.h" -newer "$bin" 2>/dev/null)" ] && continue
-        nvcc -O2 -arch=native -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bin" "$source" >>"$out/build.log" 2>&1 ||
-            nvcc -O2 -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bin" "$source" >>"$out/build.log" 2>&1 ||
-            record "nvcc-${prog}_$kind FAIL see build.log"
-    done
-done
-
-# ---- compute-sanitizer -----------------------------------------------------------------------------
-say "compute-sanitizer memcheck --track-stream-ordered-races all ($sjobs at a time)"
-TESTS_DEADLINE=$((start + budget - 180)) # keep time for the proofs and the IPC runs
-export TESTS_DEADLINE
-# Is program NAME among SANITIZE_ONLY's (all when it is empty)?
-selected() {
-    [ -z "${SANITIZE_ONLY:-}" ] && return 0
-    for want in $SANITIZE_ONLY; do
-        case "$1" in *"$want"*) return 0 ;; esac
-    done
-    return 1
-}
-list=$out/sanitizer/runs.txt
-: >"$list"
-# Test programs: the ELF executables make check built under tests/ (not the
-# simulator, nor the helpers of tests/helpers/, which test scripts drive).
-# test_oom fills the device, which would starve the runs beside it.  Not
-# under the sanitizer: test_ctor initialises CUDA from a constructor, before
-# the sanitizer can attach (it then disables itself); test_rtld_next and
-# test_origin (the origin table by itself) make no CUDA call;
-# test_deferred_wait_cap, test_sim_races and test_random_programs judge with
-# the simulator's race checker and skip themselves on the real driver before
-# any CUDA call, for which the sanitizer exits 255 ("terminated before first
-# instrumented API call") whatever the program's own exit status.
-for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '*/helpers/*' ! -path '*/.libs/*' ! -name '*.sh' \
-    ! -name 'test_oom' ! -name 'test_ctor' ! -name 'test_rtld_next' ! -name 'test_origin' ! -name 'test_deferred_wait_cap' \
-    ! -name 'test_sim_races' ! -name 'test_random_programs' 2>/dev/null | sort); do
-    head -c 4 "$prog" | grep -q 'ELF' || continue
-    name=$(echo "${prog#"$build"/}" | tr '/' '_')
-    selected "$name" || continue
-    for mode in ordered deferred sync auto; do
-        echo "$name $mode 0 $prog" >>"$list"
-    done
-done
-# Not `ordered`: both use device buffers on non-blocking streams, which
-# that mode does not keep correct.
-for run in "loop --iters 10 --reps 1 --elems 65536" "host_loop --iters 40 --elems 65536"; do
-    prog=${run%% *} args=${run#* }
-    for kind in static shared; do
-        [ -x "$bindir/${prog}_$kind" ] && selected "${prog}_$kind" || continue
-        for mode in deferred sync auto; do
-            echo "${prog}_$kind $mode 1 $bindir/${prog}_$kind $args" >>"$list"
+if part sanitizer || part proofs; then
+    # The CUDA runtime programs, each built against the static and the shared
+    # cudart: NAME SOURCE.
+    cudart_programs="loop $src/bench/loop.cu host_loop $src/tests/gpu/host_loop.cu"
+    # shellcheck disable=SC2086 # name and source pairs
+    set -- $cudart_programs
+    while [ $# -ge 2 ]; do
+        prog=$1 source=$2
+        shift 2
+        for kind in static shared; do
+            bin=$bindir/${prog}_$kind
+            [ -x "$bin" ] && [ -z "$(find "$source" "$src/bench/cudart_check.h" -newer "$bin" 2>/dev/null)" ] && continue
+            nvcc -O2 -arch=native -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bin" "$source" >>"$out/build.log" 2>&1 ||
+                nvcc -O2 -cudart "$kind" -DCUDART_KIND="\"$kind\"" -o "$bin" "$source" >>"$out/build.log" 2>&1 ||
+                record "nvcc-${prog}_$kind FAIL see build.log"
         done
     done
-done
-echo "$(wc -l <"$list") sanitizer runs"
-OUT=$out
-export OUT
-# shellcheck disable=SC2016
-xargs -P "$sjobs" -L 1 sh -c 'n=$1 m=$2 s=$3; shift 3; exec "$0" --sanitize "$OUT" "$n" "$m" "$s" "$@"' "$self" <"$list"
-for f in "$out"/sanitizer/*.result; do
-    [ -f "$f" ] || continue
-    # shellcheck disable=SC2046 # the fields of the result line
-    set -- $(cat "$f")
-    n=$1 m=$2 v=$3
-    shift 3
-    record "sanitizer:$n:$m $v $*"
-done
+fi
+
+# ---- compute-sanitizer -----------------------------------------------------------------------------
+if part sanitizer; then
+    say "compute-sanitizer memcheck --track-stream-ordered-races all ($sjobs at a time)"
+    # Time kept for the proofs and the IPC runs, where this run makes them.
+    reserve=0
+    if part proofs || part ipc; then reserve=180; fi
+    TESTS_DEADLINE=$((start + budget - reserve))
+    export TESTS_DEADLINE
+    # Is program NAME among SANITIZE_ONLY's (all when it is empty)?
+    selected() {
+        [ -z "${SANITIZE_ONLY:-}" ] && return 0
+        for want in $SANITIZE_ONLY; do
+            case "$1" in *"$want"*) return 0 ;; esac
+        done
+        return 1
+    }
+    list=$out/sanitizer/runs.txt
+    : >"$list"
+    # Test programs: the ELF executables make check built under tests/ (not the
+    # simulator, nor the helpers of tests/helpers/, which test scripts drive).
+    # test_oom fills the device, which would starve the runs beside it.  Not
+    # under the sanitizer: test_ctor initialises CUDA from a constructor, before
+    # the sanitizer can attach (it then disables itself); test_rtld_next and
+    # test_origin (the origin table by itself) make no CUDA call;
+    # test_deferred_wait_cap, test_sim_races and test_random_programs judge with
+    # the simulator's race checker and skip themselves on the real driver before
+    # any CUDA call, for which the sanitizer exits 255 ("terminated before first
+    # instrumented API call") whatever the program's own exit status.
+    for prog in $(find "$build/tests" -type f -perm -u+x ! -path '*/sim/*' ! -path '*/helpers/*' ! -path '*/.libs/*' ! -name '*.sh' \
+        ! -name 'test_oom' ! -name 'test_ctor' ! -name 'test_rtld_next' ! -name 'test_origin' ! -name 'test_deferred_wait_cap' \
+        ! -name 'test_sim_races' ! -name 'test_random_programs' 2>/dev/null | sort); do
+        head -c 4 "$prog" | grep -q 'ELF' || continue
+        name=$(echo "${prog#"$build"/}" | tr '/' '_')
+        selected "$name" || continue
+        for mode in ordered deferred sync auto; do
+            echo "$name $mode 0 $prog" >>"$list"
+        done
+    done
+    # Not `ordered`: both use device buffers on non-blocking streams, which
+    # that mode does not keep correct.
+    for run in "loop --iters 10 --reps 1 --elems 65536" "host_loop --iters 40 --elems 65536"; do
+        prog=${run%% *} args=${run#* }
+        for kind in static shared; do
+            [ -x "$bindir/${prog}_$kind" ] && selected "${prog}_$kind" || continue
+            for mode in deferred sync auto; do
+                echo "${prog}_$kind $mode 1 $bindir/${prog}_$kind $args" >>"$list"
+            done
+        done
+    done
+    echo "$(wc -l <"$list") sanitizer runs"
+    OUT=$out
+    export OUT
+    # shellcheck disable=SC2016
+    xargs -P "$sjobs" -L 1 sh -c 'n=$1 m=$2 s=$3; shift 3; exec "$0" --sanitize "$OUT" "$n" "$m" "$s" "$@"' "$self" <"$list"
+    for f in "$out"/sanitizer/*.result; do
+        [ -f "$f" ] || continue
+        # shellcheck disable=SC2046 # the fields of the result line
+        set -- $(cat "$f")
+        n=$1 m=$2 v=$3
+        shift 3
+        record "sanitizer:$n:$m $v $*"
+    done
+fi
 
 # ---- proofs: cupool sees cudart static/shared, PyTorch, CuPy allocations ----------------------------
-say "proofs (CUPOOL_STATS=1)"
-unset TESTS_DEADLINE
-for kind in static shared; do
-    [ -x "$bindir/loop_$kind" ] || { record "proof:cudart-$kind FAIL not built"; continue; }
-    timeout -k 5 120 "$launcher" --stats -- "$bindir/loop_$kind" --iters 50 --reps 1 >"$out/proofs/cudart-$kind.out" 2>&1
-    rc=$?
-    calls=$(sed -n 's/.*"cudaMalloc_calls": \([0-9]*\).*/\1/p' "$out/proofs/cudart-$kind.out")
-    seen=$(sed -n 's/^cupool: *cuMemAlloc_v2 *\([0-9]*\) *$/\1/p' "$out/proofs/cudart-$kind.out" | head -1)
-    line=$(grep -m1 'cupool: *cuMemAlloc_v2 ' "$out/proofs/cudart-$kind.out")
-    if [ "$rc" -eq 0 ] && [ -n "$seen" ] && [ -n "$calls" ] && [ "$seen" -ge "$calls" ]; then
-        record "proof:cudart-$kind PASS $calls cudaMalloc, stats line: $line"
-    else
-        record "proof:cudart-$kind FAIL rc=$rc cudaMalloc=${calls:-?} cuMemAlloc_v2=${seen:-none}"
-    fi
-done
-
-# Pinned host and managed memory in a --stats output FILE: the allocations
-# of each kind and how many a kept block served ("served by kept blocks"),
-# into host_allocs, host_reused, managed_allocs and managed_reused ("x"
-# where the output has none; kept_kind is its own variable).
-kept_counts() { # FILE
-    for kept_kind in "pinned host" managed; do
-        # shellcheck disable=SC2046 # two counts
-        set -- "$1" $(awk -v kind="$kept_kind" '
-            $0 ~ "^cupool:   " kind " memory:" { on = 1; next }
-            on && /allocations [0-9]+ \(served by kept blocks/ {
-                match($0, /allocations [0-9]+/); a = substr($0, RSTART + 12, RLENGTH - 12)
-                match($0, /kept blocks [0-9]+/); r = substr($0, RSTART + 12, RLENGTH - 12)
-                print a, r; exit
-            }' "$1") x x
-        if [ "$kept_kind" = managed ]; then managed_allocs=$2 managed_reused=$3; else host_allocs=$2 host_reused=$3; fi
+if part proofs; then
+    say "proofs (CUPOOL_STATS=1)"
+    unset TESTS_DEADLINE
+    for kind in static shared; do
+        [ -x "$bindir/loop_$kind" ] || { record "proof:cudart-$kind FAIL not built"; continue; }
+        timeout -k 5 120 "$launcher" --stats -- "$bindir/loop_$kind" --iters 50 --reps 1 >"$out/proofs/cudart-$kind.out" 2>&1
+        rc=$?
+        calls=$(sed -n 's/.*"cudaMalloc_calls": \([0-9]*\).*/\1/p' "$out/proofs/cudart-$kind.out")
+        seen=$(sed -n 's/^cupool: *cuMemAlloc_v2 *\([0-9]*\) *$/\1/p' "$out/proofs/cudart-$kind.out" | head -1)
+        line=$(grep -m1 'cupool: *cuMemAlloc_v2 ' "$out/proofs/cudart-$kind.out")
+        if [ "$rc" -eq 0 ] && [ -n "$seen" ] && [ -n "$calls" ] && [ "$seen" -ge "$calls" ]; then
+            record "proof:cudart-$kind PASS $calls cudaMalloc, stats line: $line"
+        else
+            record "proof:cudart-$kind FAIL rc=$rc cudaMalloc=${calls:-?} cuMemAlloc_v2=${seen:-none}"
+        fi
     done
-}
-for kind in static shared; do
-    [ -x "$bindir/host_loop_$kind" ] || { record "proof:host-managed-cudart-$kind FAIL not built"; continue; }
-    timeout -k 5 120 "$launcher" --stats -- "$bindir/host_loop_$kind" --iters 100 >"$out/proofs/host-loop-$kind.out" 2>&1
-    rc=$?
-    kept_counts "$out/proofs/host-loop-$kind.out"
-    line=$(grep -m1 '^{' "$out/proofs/host-loop-$kind.out")
-    if [ "$rc" -eq 0 ] && [ "$host_allocs" = 200 ] && [ "$managed_allocs" = 100 ] &&
-        [ "$host_reused" -gt 0 ] 2>/dev/null && [ "$managed_reused" -gt 0 ] 2>/dev/null; then
-        record "proof:host-managed-cudart-$kind PASS pinned $host_allocs (kept served $host_reused), managed $managed_allocs (kept served $managed_reused): $line"
-    else
-        record "proof:host-managed-cudart-$kind FAIL rc=$rc pinned=$host_allocs/$host_reused managed=$managed_allocs/$managed_reused (proofs/host-loop-$kind.out)"
-    fi
-done
-cat >"$out/proofs/proof_torch_pinned.py" <<'EOF'
+
+    # Pinned host and managed memory in a --stats output FILE: the allocations
+    # of each kind and how many a kept block served ("served by kept blocks"),
+    # into host_allocs, host_reused, managed_allocs and managed_reused ("x"
+    # where the output has none; kept_kind is its own variable).
+    kept_counts() { # FILE
+        for kept_kind in "pinned host" managed; do
+            # shellcheck disable=SC2046 # two counts
+            set -- "$1" $(awk -v kind="$kept_kind" '
+                $0 ~ "^cupool:   " kind " memory:" { on = 1; next }
+                on && /allocations [0-9]+ \(served by kept blocks/ {
+                    match($0, /allocations [0-9]+/); a = substr($0, RSTART + 12, RLENGTH - 12)
+                    match($0, /kept blocks [0-9]+/); r = substr($0, RSTART + 12, RLENGTH - 12)
+                    print a, r; exit
+                }' "$1") x x
+            if [ "$kept_kind" = managed ]; then managed_allocs=$2 managed_reused=$3; else host_allocs=$2 host_reused=$3; fi
+        done
+    }
+    for kind in static shared; do
+        [ -x "$bindir/host_loop_$kind" ] || { record "proof:host-managed-cudart-$kind FAIL not built"; continue; }
+        timeout -k 5 120 "$launcher" --stats -- "$bindir/host_loop_$kind" --iters 100 >"$out/proofs/host-loop-$kind.out" 2>&1
+        rc=$?
+        kept_counts "$out/proofs/host-loop-$kind.out"
+        line=$(grep -m1 '^{' "$out/proofs/host-loop-$kind.out")
+        if [ "$rc" -eq 0 ] && [ "$host_allocs" = 200 ] && [ "$managed_allocs" = 100 ] &&
+            [ "$host_reused" -gt 0 ] 2>/dev/null && [ "$managed_reused" -gt 0 ] 2>/dev/null; then
+            record "proof:host-managed-cudart-$kind PASS pinned $host_allocs (kept served $host_reused), managed $managed_allocs (kept served $managed_reused): $line"
+        else
+            record "proof:host-managed-cudart-$kind FAIL rc=$rc pinned=$host_allocs/$host_reused managed=$managed_allocs/$managed_reused (proofs/host-loop-$kind.out)"
+        fi
+    done
+    cat >"$out/proofs/proof_torch_pinned.py" <<'EOF'
 import torch
 total = 0.0
 for i in range(8):
@@ -360,7 +380,7 @@ torch.cuda.synchronize()
 assert total == float(sum(range(8)) << 20), total
 print("torch pinned ok", total)
 EOF
-cat >"$out/proofs/proof_cupy_host.py" <<'EOF'
+    cat >"$out/proofs/proof_cupy_host.py" <<'EOF'
 import cupy as cp
 import numpy as np
 cp.cuda.set_pinned_memory_allocator(None)
@@ -378,27 +398,27 @@ for i in range(8):
     del a
 print("cupy pinned and managed ok")
 EOF
-for fw in torch_pinned cupy_host; do
-    timeout -k 5 180 "$launcher" --stats -- python3 "$out/proofs/proof_$fw.py" >"$out/proofs/$fw.out" 2>&1
-    rc=$?
-    kept_counts "$out/proofs/$fw.out"
-    if grep -q 'No module named' "$out/proofs/$fw.out"; then
-        record "proof:$fw SKIP not installed"
-    elif [ "$rc" -ne 0 ]; then
-        record "proof:$fw FAIL rc=$rc (proofs/$fw.out)"
-    elif [ "$fw" = torch_pinned ] && [ "$host_allocs" -ge 1 ] 2>/dev/null; then
-        # PyTorch's own pinned-memory cache keeps what it allocated: cupool
-        # sees its allocations, but few frees to serve again.
-        record "proof:$fw PASS pinned allocations $host_allocs (kept served $host_reused)"
-    elif [ "$fw" = cupy_host ] && [ "$host_allocs" -ge 8 ] 2>/dev/null && [ "$host_reused" -ge 1 ] &&
-        [ "$managed_allocs" -ge 8 ] 2>/dev/null && [ "$managed_reused" -ge 1 ]; then
-        record "proof:$fw PASS pinned $host_allocs (kept served $host_reused), managed $managed_allocs (kept served $managed_reused)"
-    else
-        record "proof:$fw FAIL pinned=$host_allocs/$host_reused managed=$managed_allocs/$managed_reused (proofs/$fw.out)"
-    fi
-done
+    for fw in torch_pinned cupy_host; do
+        timeout -k 5 180 "$launcher" --stats -- python3 "$out/proofs/proof_$fw.py" >"$out/proofs/$fw.out" 2>&1
+        rc=$?
+        kept_counts "$out/proofs/$fw.out"
+        if grep -q 'No module named' "$out/proofs/$fw.out"; then
+            record "proof:$fw SKIP not installed"
+        elif [ "$rc" -ne 0 ]; then
+            record "proof:$fw FAIL rc=$rc (proofs/$fw.out)"
+        elif [ "$fw" = torch_pinned ] && [ "$host_allocs" -ge 1 ] 2>/dev/null; then
+            # PyTorch's own pinned-memory cache keeps what it allocated: cupool
+            # sees its allocations, but few frees to serve again.
+            record "proof:$fw PASS pinned allocations $host_allocs (kept served $host_reused)"
+        elif [ "$fw" = cupy_host ] && [ "$host_allocs" -ge 8 ] 2>/dev/null && [ "$host_reused" -ge 1 ] &&
+            [ "$managed_allocs" -ge 8 ] 2>/dev/null && [ "$managed_reused" -ge 1 ]; then
+            record "proof:$fw PASS pinned $host_allocs (kept served $host_reused), managed $managed_allocs (kept served $managed_reused)"
+        else
+            record "proof:$fw FAIL pinned=$host_allocs/$host_reused managed=$managed_allocs/$managed_reused (proofs/$fw.out)"
+        fi
+    done
 
-cat >"$out/proofs/proof_torch.py" <<'EOF'
+    cat >"$out/proofs/proof_torch.py" <<'EOF'
 import torch
 x = [torch.full((1 << 20,), float(i), device="cuda") for i in range(8)]
 y = sum(x)
@@ -409,7 +429,7 @@ torch.cuda.synchronize()
 assert float(y[0]) == 28.0, float(y[0])
 print("torch", torch.__version__, "ok", float(w) > 0)
 EOF
-cat >"$out/proofs/proof_cupy.py" <<'EOF'
+    cat >"$out/proofs/proof_cupy.py" <<'EOF'
 import cupy as cp
 cp.cuda.set_allocator(None)
 a = [cp.full((1 << 20,), i, dtype=cp.float32) for i in range(8)]
@@ -418,76 +438,79 @@ del a
 assert float(s[0]) == 28.0, float(s[0])
 print("cupy", cp.__version__, "ok")
 EOF
-for fw in torch cupy; do
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 5 180 "$launcher" --stats -- python3 "$out/proofs/proof_$fw.py" \
-        >"$out/proofs/$fw.out" 2>&1
-    rc=$?
-    seen=$(sed -n 's/^cupool: *cuMemAlloc_v2 *\([0-9]*\) *$/\1/p' "$out/proofs/$fw.out" | head -1)
-    pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$out/proofs/$fw.out" | head -1)
-    if grep -q 'No module named' "$out/proofs/$fw.out"; then
-        record "proof:$fw SKIP not installed"
-    elif [ "$rc" -eq 0 ] && [ "${seen:-0}" -ge 8 ] && [ "${pooled:-0}" -ge 8 ]; then
-        record "proof:$fw PASS cuMemAlloc_v2=$seen pooled=$pooled"
-    else
-        record "proof:$fw FAIL rc=$rc cuMemAlloc_v2=${seen:-none} pooled=${pooled:-none}"
-    fi
-done
+    for fw in torch cupy; do
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 5 180 "$launcher" --stats -- python3 "$out/proofs/proof_$fw.py" \
+            >"$out/proofs/$fw.out" 2>&1
+        rc=$?
+        seen=$(sed -n 's/^cupool: *cuMemAlloc_v2 *\([0-9]*\) *$/\1/p' "$out/proofs/$fw.out" | head -1)
+        pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$out/proofs/$fw.out" | head -1)
+        if grep -q 'No module named' "$out/proofs/$fw.out"; then
+            record "proof:$fw SKIP not installed"
+        elif [ "$rc" -eq 0 ] && [ "${seen:-0}" -ge 8 ] && [ "${pooled:-0}" -ge 8 ]; then
+            record "proof:$fw PASS cuMemAlloc_v2=$seen pooled=$pooled"
+        else
+            record "proof:$fw FAIL rc=$rc cuMemAlloc_v2=${seen:-none} pooled=${pooled:-none}"
+        fi
+    done
+fi
 
 # ---- legacy IPC between processes: PyTorch, and NVIDIA's simpleIPC -----------------------------------
-say "IPC between processes"
-# PyTorch's caching allocator shares the segment holding a tensor (its own
-# cudaMalloc, pooled by cupool); without caching it has no segment to share,
-# natively too: that run shows PyTorch's own answer.
-for run in native.caching auto.caching deferred.caching sync.caching native.nocache auto.nocache; do
-    mode=${run%.*}
-    env=""
-    [ "${run#*.}" = nocache ] && env="PYTORCH_NO_CUDA_MEMORY_CACHING=1"
-    if [ "$mode" = native ]; then
-        env $env timeout -k 5 150 python3 "$src/tests/gpu/torch_ipc.py" >"$out/proofs/torch-ipc.$run.out" 2>&1
+if part ipc; then
+    say "IPC between processes"
+    # PyTorch's caching allocator shares the segment holding a tensor (its own
+    # cudaMalloc, pooled by cupool); without caching it has no segment to share,
+    # natively too: that run shows PyTorch's own answer.
+    for run in native.caching auto.caching deferred.caching sync.caching native.nocache auto.nocache; do
+        mode=${run%.*}
+        env=""
+        [ "${run#*.}" = nocache ] && env="PYTORCH_NO_CUDA_MEMORY_CACHING=1"
+        if [ "$mode" = native ]; then
+            env $env timeout -k 5 150 python3 "$src/tests/gpu/torch_ipc.py" >"$out/proofs/torch-ipc.$run.out" 2>&1
+        else
+            env $env CUPOOL_FREE=$mode timeout -k 5 150 "$launcher" --stats -- python3 "$src/tests/gpu/torch_ipc.py" \
+                >"$out/proofs/torch-ipc.$run.out" 2>&1
+        fi
+        rc=$?
+        said=$(grep -m1 -E '^(child read|PyTorch cannot)' "$out/proofs/torch-ipc.$run.out")
+        if grep -q 'No module named' "$out/proofs/torch-ipc.$run.out"; then
+            record "ipc:torch-multiprocessing.$run SKIP not installed"
+        elif [ "$rc" -eq 0 ] && grep -q '^torch ipc ok' "$out/proofs/torch-ipc.$run.out"; then
+            record "ipc:torch-multiprocessing.$run PASS $said"
+        elif [ "${run#*.}" = nocache ]; then
+            record "ipc:torch-multiprocessing.$run INFO rc=$rc $said"
+        else
+            record "ipc:torch-multiprocessing.$run FAIL rc=$rc $said (proofs/torch-ipc.$run.out)"
+        fi
+    done
+    # CUDA_SAMPLES: a folder holding simpleIPC.cu and the samples' Common helpers
+    # (helper_cuda.h, helper_string.h, helper_multiprocess.h/.cpp) from
+    # NVIDIA's cuda-samples; the sample runs natively and under every free mode.
+    if [ -n "${CUDA_SAMPLES:-}" ] && [ -f "$CUDA_SAMPLES/simpleIPC.cu" ]; then
+        if nvcc -O2 -I"$CUDA_SAMPLES" -o "$bindir/simpleIPC" "$CUDA_SAMPLES/simpleIPC.cu" \
+            "$CUDA_SAMPLES/helper_multiprocess.cpp" >"$out/proofs/simpleIPC.build" 2>&1; then
+            for mode in native auto ordered deferred sync; do
+                if [ "$mode" = native ]; then
+                    (cd "$bindir" && timeout -k 5 120 ./simpleIPC) >"$out/proofs/simpleIPC.$mode.out" 2>&1
+                else
+                    (cd "$bindir" && CUPOOL_FREE=$mode timeout -k 5 120 "$launcher" --stats -- ./simpleIPC) \
+                        >"$out/proofs/simpleIPC.$mode.out" 2>&1
+                fi
+                rc=$?
+                pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$out/proofs/simpleIPC.$mode.out" | head -1)
+                # Its child processes print "Process N complete!" after verifying.
+                if [ "$rc" -eq 0 ] && grep -q 'complete!' "$out/proofs/simpleIPC.$mode.out" &&
+                    ! grep -q 'mismatch' "$out/proofs/simpleIPC.$mode.out"; then
+                    record "ipc:simpleIPC.$mode PASS pooled=${pooled:-none}"
+                else
+                    record "ipc:simpleIPC.$mode FAIL rc=$rc (proofs/simpleIPC.$mode.out)"
+                fi
+            done
+        else
+            record "ipc:simpleIPC FAIL does not build (proofs/simpleIPC.build)"
+        fi
     else
-        env $env CUPOOL_FREE=$mode timeout -k 5 150 "$launcher" --stats -- python3 "$src/tests/gpu/torch_ipc.py" \
-            >"$out/proofs/torch-ipc.$run.out" 2>&1
+        record "ipc:simpleIPC SKIP CUDA_SAMPLES names no folder with simpleIPC.cu"
     fi
-    rc=$?
-    said=$(grep -m1 -E '^(child read|PyTorch cannot)' "$out/proofs/torch-ipc.$run.out")
-    if grep -q 'No module named' "$out/proofs/torch-ipc.$run.out"; then
-        record "ipc:torch-multiprocessing.$run SKIP not installed"
-    elif [ "$rc" -eq 0 ] && grep -q '^torch ipc ok' "$out/proofs/torch-ipc.$run.out"; then
-        record "ipc:torch-multiprocessing.$run PASS $said"
-    elif [ "${run#*.}" = nocache ]; then
-        record "ipc:torch-multiprocessing.$run INFO rc=$rc $said"
-    else
-        record "ipc:torch-multiprocessing.$run FAIL rc=$rc $said (proofs/torch-ipc.$run.out)"
-    fi
-done
-# CUDA_SAMPLES: a folder holding simpleIPC.cu and the samples' Common helpers
-# (helper_cuda.h, helper_string.h, helper_multiprocess.h/.cpp) from
-# NVIDIA's cuda-samples; the sample runs natively and under every free mode.
-if [ -n "${CUDA_SAMPLES:-}" ] && [ -f "$CUDA_SAMPLES/simpleIPC.cu" ]; then
-    if nvcc -O2 -I"$CUDA_SAMPLES" -o "$bindir/simpleIPC" "$CUDA_SAMPLES/simpleIPC.cu" \
-        "$CUDA_SAMPLES/helper_multiprocess.cpp" >"$out/proofs/simpleIPC.build" 2>&1; then
-        for mode in native auto ordered deferred sync; do
-            if [ "$mode" = native ]; then
-                (cd "$bindir" && timeout -k 5 120 ./simpleIPC) >"$out/proofs/simpleIPC.$mode.out" 2>&1
-            else
-                (cd "$bindir" && CUPOOL_FREE=$mode timeout -k 5 120 "$launcher" --stats -- ./simpleIPC) \
-                    >"$out/proofs/simpleIPC.$mode.out" 2>&1
-            fi
-            rc=$?
-            pooled=$(sed -n 's/^cupool: *pooled allocations *\([0-9]*\).*/\1/p' "$out/proofs/simpleIPC.$mode.out" | head -1)
-            # Its child processes print "Process N complete!" after verifying.
-            if [ "$rc" -eq 0 ] && grep -q 'complete!' "$out/proofs/simpleIPC.$mode.out" &&
-                ! grep -q 'mismatch' "$out/proofs/simpleIPC.$mode.out"; then
-                record "ipc:simpleIPC.$mode PASS pooled=${pooled:-none}"
-            else
-                record "ipc:simpleIPC.$mode FAIL rc=$rc (proofs/simpleIPC.$mode.out)"
-            fi
-        done
-    else
-        record "ipc:simpleIPC FAIL does not build (proofs/simpleIPC.build)"
-    fi
-else
-    record "ipc:simpleIPC SKIP CUDA_SAMPLES names no folder with simpleIPC.cu"
 fi
 
 # ---- summary -----------------------------------------------------------------------------------------
